@@ -1,0 +1,1 @@
+"""The retrace services: one package each, run as `python -m services.<name>`."""

@@ -1,0 +1,1 @@
+"""The contrast service: names the capabilities that separate failed from successful runs."""

@@ -1,0 +1,1 @@
+"""The evaluator service: evaluates adapters on held-out tasks and decides promotion."""

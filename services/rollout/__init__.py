@@ -1,0 +1,1 @@
+"""The rollout service: runs agents on environments and stores every trajectory."""

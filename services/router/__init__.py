@@ -1,0 +1,1 @@
+"""The router service: the OpenAI-compatible endpoint; picks an adapter per conversation."""

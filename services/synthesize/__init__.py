@@ -1,0 +1,1 @@
+"""The synthesize service: builds and calibrates one training environment per capability."""

@@ -1,0 +1,1 @@
+"""retrace's common library: contracts, configuration, bus, store and the service runtime."""

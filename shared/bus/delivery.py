@@ -1,0 +1,232 @@
+"""Handling one delivered message: decode, run the handler once in effect, ack or retry or
+dead-letter.
+
+Exactly-once effects on at-least-once delivery: the handler's database writes, the record that
+the message was processed and the messages it emits (its outbox) commit in one transaction.
+A redelivery of a processed message skips the handler and re-publishes the outbox; outbox
+message ids are derived from the incoming id, so JetStream and downstream consumers drop the
+repeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+from sqlalchemy import update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared import subjects
+from shared.bus.nats_bus import CONTRACT_HEADER, MSG_ID, NatsBus
+from shared.config import ConsumerConfig
+from shared.errors import ContractError, PermanentError
+from shared.logging import get_logger
+from shared.messages import Contract, DeadLetter, decode
+from shared.runtime.metrics import ServiceMetrics
+from shared.store import Store
+from shared.store.models import ProcessedMessage
+
+log = get_logger(__name__)
+
+
+@dataclass
+class HandlerContext:
+    """What a handler gets beside its message: its tenant's transaction and a way to emit."""
+
+    tenant: str
+    session: AsyncSession
+    subject: str
+    msg_id: str
+    attempt: int
+    """1 on first delivery."""
+    heartbeat: Callable[[], Awaitable[None]]
+    """Tell JetStream the message is still being worked on (also sent automatically)."""
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+
+    def emit(self, message: Contract, *, key: str | None = None) -> None:
+        """Publish `message` for the same tenant once this handler's transaction commits.
+
+        `key` names the emission when a handler emits several messages of one kind."""
+        suffix = key if key is not None else str(len(self.outbox))
+        self.outbox.append(
+            {
+                "kind": message.kind(),
+                "version": message.VERSION,
+                "stage": message.STAGE,
+                "event": message.EVENT,
+                "payload": msgspec.to_builtins(message),
+                "msg_id": f"{self.msg_id}/{message.kind()}/{suffix}",
+            }
+        )
+
+
+Handler = Callable[[Any, HandlerContext], Awaitable[None]]
+
+
+@dataclass
+class Delivery:
+    """Everything needed to process messages of one contract for one durable consumer."""
+
+    consumer: str
+    contract: type[Contract]
+    handler: Handler
+    bus: NatsBus
+    store: Store
+    settings: ConsumerConfig
+    metrics: ServiceMetrics
+
+    async def process(self, msg: Msg) -> None:
+        started = time.perf_counter()
+        meta = msg.metadata
+        attempt = meta.num_delivered
+        msg_id = (msg.headers or {}).get(MSG_ID) or f"{meta.stream}:{meta.sequence.stream}"
+        bound = log.bind(
+            consumer=self.consumer, subject=msg.subject, msg_id=msg_id, attempt=attempt
+        )
+        outcome = "ok"
+        try:
+            try:
+                tenant = subjects.parse(msg.subject, self.bus.cfg.subject_prefix).tenant
+                message = decode(msg.data, self.contract)
+            except ContractError as exc:
+                outcome = "dead_lettered"
+                bound.error("malformed message dead-lettered", error=str(exc))
+                await self._dead_letter(msg, msg_id, str(exc), "contract")
+                return
+            if attempt > self.settings.max_deliver:
+                # Earlier deliveries never finished (the process died or hung): stop here.
+                outcome = "dead_lettered"
+                error = f"delivered {attempt} times without completing"
+                bound.error("message exhausted its deliveries", error=error)
+                await self._dead_letter(msg, msg_id, error, "exhausted")
+                return
+            outcome = await self._handle(msg, tenant, message, msg_id, attempt, bound)
+        except asyncio.CancelledError:
+            # Shutdown: hand the message back at once rather than waiting for ack_wait.
+            outcome = "requeued"
+            await _quietly(msg.nak())
+            raise
+        finally:
+            self.metrics.handled.labels(self.contract.kind(), outcome).inc()
+            self.metrics.latency.labels(self.contract.kind()).observe(time.perf_counter() - started)
+
+    async def _handle(
+        self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int, bound: Any
+    ) -> str:
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            outbox, duplicate = await self._run_once(msg, tenant, message, msg_id, attempt)
+            await self._publish_outbox(tenant, outbox)
+            await msg.ack()
+            if duplicate:
+                bound.info("duplicate delivery skipped")
+                return "duplicate"
+            return "ok"
+        except PermanentError as exc:
+            kind = "contract" if isinstance(exc, ContractError) else "permanent"
+            bound.error("permanent failure dead-lettered", error=str(exc), kind=kind)
+            await self._dead_letter(msg, msg_id, str(exc), kind)
+            return "dead_lettered"
+        except Exception as exc:  # noqa: BLE001  boundary: any handler failure is retried, then dead-lettered
+            if attempt >= self.settings.max_deliver:
+                bound.error("handler failed on its last delivery; dead-lettered", error=repr(exc))
+                await self._dead_letter(msg, msg_id, repr(exc), "exhausted")
+                return "dead_lettered"
+            delay = (
+                self.settings.backoff[min(attempt, len(self.settings.backoff)) - 1]
+                if self.settings.backoff
+                else 0
+            )
+            bound.warning("handler failed; will retry", error=repr(exc), delay=delay)
+            await msg.nak(delay=delay)
+            return "retried"
+        finally:
+            heartbeat.cancel()
+
+    async def _run_once(
+        self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Run the handler unless this message was processed; return the outbox to publish."""
+        key = {"consumer": self.consumer, "msg_id": msg_id}
+        try:
+            async with self.store.tenant(tenant) as session:
+                # The row lock taken by this insert serialises concurrent duplicate deliveries.
+                claimed = await session.execute(
+                    insert(ProcessedMessage)
+                    .values(tenant_id=tenant, subject=msg.subject, outbox=[], **key)
+                    .on_conflict_do_nothing()
+                    .returning(ProcessedMessage.msg_id)
+                )
+                if claimed.first() is None:
+                    done = await session.get(ProcessedMessage, (self.consumer, msg_id))
+                    return (list(done.outbox) if done else []), True
+                ctx = HandlerContext(tenant, session, msg.subject, msg_id, attempt, msg.in_progress)
+                await self.handler(message, ctx)
+                if ctx.outbox:
+                    await session.execute(
+                        update(ProcessedMessage)
+                        .where(
+                            ProcessedMessage.consumer == self.consumer,
+                            ProcessedMessage.msg_id == msg_id,
+                        )
+                        .values(outbox=ctx.outbox)
+                    )
+                return ctx.outbox, False
+        except IntegrityError as exc:
+            if "processed_messages_tenant_id" in str(exc.orig):
+                raise ContractError(f"unknown tenant {tenant!r}") from exc
+            raise
+
+    async def _publish_outbox(self, tenant: str, outbox: list[dict[str, Any]]) -> None:
+        prefix = self.bus.cfg.subject_prefix
+        for item in outbox:
+            await self.bus.publish_raw(
+                subjects.build(prefix, tenant, item["stage"], item["event"]),
+                msgspec.json.encode(item["payload"]),
+                msg_id=item["msg_id"],
+                contract=f"{item['kind']}/{item['version']}",
+            )
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        interval = max(self.settings.ack_wait / 3, 0.5)
+        while True:
+            await asyncio.sleep(interval)
+            await _quietly(msg.in_progress())
+
+    async def _dead_letter(self, msg: Msg, msg_id: str, error: str, kind: str) -> None:
+        meta = msg.metadata
+        record = DeadLetter(
+            subject=msg.subject,
+            consumer=self.consumer,
+            error=error[:8000],
+            error_kind=kind,  # type: ignore[arg-type]
+            deliveries=meta.num_delivered,
+            msg_id=msg_id,
+            stream_sequence=meta.sequence.stream,
+            payload_b64=base64.b64encode(msg.data).decode(),
+            payload_text=msg.data.decode("utf-8", errors="replace"),
+        )
+        await self.bus.publish_raw(
+            subjects.dead_letter(self.bus.cfg.subject_prefix, msg.subject),
+            msgspec.json.encode(record),
+            msg_id=f"dlq/{self.consumer}/{msg_id}",
+            contract=(msg.headers or {}).get(CONTRACT_HEADER, ""),
+        )
+        self.metrics.dead_lettered.labels(self.contract.kind(), kind).inc()
+        await msg.term()
+
+
+async def _quietly(call: Awaitable[None]) -> None:
+    """Acks and heartbeats on a lost connection are not worth failing for: JetStream redelivers."""
+    try:
+        await call
+    except Exception as exc:  # noqa: BLE001  boundary: a failed heartbeat/nak only delays redelivery
+        log.debug("ack-side call failed", error=repr(exc))

@@ -1,0 +1,160 @@
+"""NatsBus: one JetStream connection per process; publishes contracts, owns streams, consumers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import BadRequestError, NotFoundError
+
+from shared import subjects
+from shared.config import ConsumerConfig as ConsumerSettings
+from shared.config import NatsConfig
+from shared.errors import RetryableError
+from shared.logging import get_logger
+from shared.messages import Contract, encode
+from shared.retry import RetryPolicy, with_retry
+
+from .streams import contract_subject, stream_configs, stream_for
+
+log = get_logger(__name__)
+
+MSG_ID = "Nats-Msg-Id"
+CONTRACT_HEADER = "Retrace-Contract"
+
+PUBLISH_RETRY = RetryPolicy(
+    "nats-publish",
+    attempts=4,
+    base_delay=0.25,
+    max_delay=3.0,
+    timeout=10.0,
+    retry_on=(
+        asyncio.TimeoutError,
+        nats.errors.TimeoutError,
+        nats.errors.NoRespondersError,
+        nats.errors.ConnectionReconnectingError,
+        nats.errors.OutboundBufferLimitError,
+    ),
+)
+"""A publish waits out a short NATS restart, then fails the handler (which is then retried)."""
+
+
+class NatsBus:
+    def __init__(self, nc: Client, cfg: NatsConfig) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=cfg.request_timeout)
+        self.cfg = cfg
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        cfg: NatsConfig,
+        *,
+        name: str = "retrace",
+        on_closed: Callable[[], Awaitable[None]] | None = None,
+    ) -> NatsBus:
+        async def _disconnected() -> None:
+            log.warning("nats disconnected", url=url)
+
+        async def _reconnected() -> None:
+            log.info("nats reconnected", url=url)
+
+        async def _error(exc: Exception) -> None:
+            log.warning("nats error", error=repr(exc))
+
+        async def _closed() -> None:
+            if on_closed is not None:
+                await on_closed()
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            connect_timeout=cfg.connect_timeout,
+            max_reconnect_attempts=cfg.reconnect_attempts,
+            reconnect_time_wait=cfg.reconnect_wait,
+            allow_reconnect=True,
+            disconnected_cb=_disconnected,
+            reconnected_cb=_reconnected,
+            error_cb=_error,
+            closed_cb=_closed,
+        )
+        return cls(nc, cfg)
+
+    @property
+    def connected(self) -> bool:
+        return self.nc.is_connected
+
+    def subject(self, tenant: str, contract: type[Contract] | Contract) -> str:
+        return subjects.build(self.cfg.subject_prefix, tenant, contract.STAGE, contract.EVENT)
+
+    async def ensure_streams(self) -> None:
+        """Create or update every stream; safe to run from every process at every start."""
+        for config in stream_configs(self.cfg):
+            try:
+                await self.js.add_stream(config)
+            except BadRequestError:
+                await self.js.update_stream(config)
+
+    async def ensure_consumer(
+        self, durable: str, contract: type[Contract], settings: ConsumerSettings
+    ) -> str:
+        """Create or update a durable pull consumer for one contract; returns its stream."""
+        stream = stream_for(self.cfg, contract)
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subject=contract_subject(self.cfg, contract),
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=settings.ack_wait,
+            # The runtime dead-letters at max_deliver; the server's limit is a backstop for a
+            # message whose handler keeps crashing the process before it can record anything.
+            max_deliver=settings.max_deliver + 2,
+            max_ack_pending=max(settings.concurrency * 4, 16),
+        )
+        try:
+            await self.js.add_consumer(stream, config)
+        except BadRequestError:
+            await self.js.update_consumer(stream, config)
+        return stream
+
+    async def publish(self, tenant: str, message: Contract, *, msg_id: str) -> None:
+        """Publish a contract; `msg_id` makes a repeated publish a no-op inside the window."""
+        await self.publish_raw(
+            self.subject(tenant, message),
+            encode(message),
+            msg_id=msg_id,
+            contract=f"{message.kind()}/{message.VERSION}",
+        )
+
+    async def publish_raw(
+        self, subject: str, data: bytes, *, msg_id: str, contract: str = ""
+    ) -> None:
+        headers = {MSG_ID: msg_id}
+        if contract:
+            headers[CONTRACT_HEADER] = contract
+        try:
+            await with_retry(PUBLISH_RETRY, lambda: self.js.publish(subject, data, headers=headers))
+        except PUBLISH_RETRY.retry_on as exc:
+            raise RetryableError(f"publish to {subject} failed: {exc!r}") from exc
+
+    async def consumer_pending(self, stream: str, durable: str) -> tuple[int, int] | None:
+        """(messages waiting, messages in flight) for a consumer, or None if it does not exist."""
+        try:
+            info = await self.js.consumer_info(stream, durable)
+        except NotFoundError:
+            return None
+        return info.num_pending or 0, info.num_ack_pending or 0
+
+    async def close(self) -> None:
+        if self.nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(self.nc.drain(), timeout=10)
+        except (TimeoutError, nats.errors.Error) as exc:
+            log.warning("nats drain failed; closing", error=repr(exc))
+            await self.nc.close()

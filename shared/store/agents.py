@@ -1,0 +1,65 @@
+"""Agents: a base model, a system prompt and a target environment, per tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.errors import PermanentError
+from shared.store.models import Agent
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+class AgentExistsError(PermanentError):
+    """An agent with that name already exists for the tenant."""
+
+
+class AgentNotFoundError(PermanentError):
+    """No agent with that name for the tenant."""
+
+
+def validate_agent_name(name: str) -> str:
+    if not name or len(name) > 100 or not set(name) <= _NAME_CHARS:
+        raise PermanentError(
+            f"invalid agent name {name!r}: use 1-100 lowercase letters, digits, '-' and '_'"
+        )
+    return name
+
+
+async def create_agent(
+    session: AsyncSession,
+    name: str,
+    *,
+    model: str,
+    environment: str,
+    system_prompt: str = "",
+    config: dict[str, Any] | None = None,
+) -> Agent:
+    """Insert an agent for the session's tenant."""
+    validate_agent_name(name)
+    if await session.scalar(select(Agent.id).where(Agent.name == name)) is not None:
+        raise AgentExistsError(f"agent {name!r} already exists")
+    agent = Agent(
+        name=name,
+        model=model,
+        environment=environment,
+        system_prompt=system_prompt,
+        config=config or {},
+    )
+    session.add(agent)
+    await session.flush()
+    return agent
+
+
+async def get_agent(session: AsyncSession, name: str) -> Agent:
+    agent = await session.scalar(select(Agent).where(Agent.name == name))
+    if agent is None:
+        raise AgentNotFoundError(f"no agent named {name!r}")
+    return agent
+
+
+async def list_agents(session: AsyncSession) -> list[Agent]:
+    return list(await session.scalars(select(Agent).order_by(Agent.name)))

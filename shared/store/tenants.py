@@ -1,0 +1,54 @@
+"""Tenants and their API keys (keys are stored only as SHA-256 hashes)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.errors import PermanentError
+from shared.store.models import ApiKey, Tenant
+from shared.subjects import validate_tenant
+
+KEY_PREFIX = "rt_"
+
+
+class TenantExistsError(PermanentError):
+    """A tenant with that id already exists."""
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+async def create_tenant(session: AsyncSession, tenant_id: str, name: str | None = None) -> Tenant:
+    """Insert a tenant (needs a cross-tenant session)."""
+    validate_tenant(tenant_id)
+    if await session.get(Tenant, tenant_id) is not None:
+        raise TenantExistsError(f"tenant {tenant_id!r} already exists")
+    tenant = Tenant(id=tenant_id, name=name or tenant_id)
+    session.add(tenant)
+    await session.flush()
+    return tenant
+
+
+async def issue_api_key(session: AsyncSession, tenant_id: str, name: str = "default") -> str:
+    """Create a key for the session's tenant and return it; only its hash is kept."""
+    key = KEY_PREFIX + tenant_id + "_" + secrets.token_urlsafe(24)
+    session.add(ApiKey(tenant_id=tenant_id, name=name, prefix=key[:16], key_hash=hash_key(key)))
+    await session.flush()
+    return key
+
+
+async def tenant_for_key(session: AsyncSession, key: str) -> str | None:
+    """The tenant a presented key belongs to, or None (needs a cross-tenant session)."""
+    row = await session.scalar(
+        select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+    )
+    return row.tenant_id if row else None
+
+
+async def list_tenants(session: AsyncSession) -> list[Tenant]:
+    return list(await session.scalars(select(Tenant).order_by(Tenant.id)))

@@ -1,0 +1,86 @@
+"""Fixtures: real NATS and Postgres, with a fresh schema and fresh stream names per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from shared.config import ConsumerConfig, DatabaseConfig, HttpConfig, NatsConfig, ServiceConfig
+from shared.store import Store
+from shared.store.engine import async_url
+from shared.store.migrate import upgrade_async
+from tests.support import infra
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    return infra.nats_url()
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    return infra.database_url()
+
+
+@pytest.fixture
+async def schema(database_url: str) -> AsyncIterator[str]:
+    """An empty schema of its own, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = create_async_engine(async_url(database_url))
+    try:
+        yield name
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        await engine.dispose()
+
+
+@pytest.fixture
+async def migrated(database_url: str, schema: str) -> str:
+    await upgrade_async(database_url, schema)
+    return schema
+
+
+@pytest.fixture
+def db_cfg(migrated: str) -> DatabaseConfig:
+    return DatabaseConfig(schema=migrated, pool_size=3)
+
+
+@pytest.fixture
+async def store(database_url: str, db_cfg: DatabaseConfig) -> AsyncIterator[Store]:
+    s = Store.connect(db_cfg, database_url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def nats_cfg(nats_url: str) -> AsyncIterator[NatsConfig]:
+    """Unique subject and stream prefixes; the streams are deleted afterwards."""
+    tag = uuid.uuid4().hex[:10]
+    cfg = NatsConfig(url=nats_url, subject_prefix=f"rt{tag}", stream_prefix=f"RT{tag.upper()}",
+                     duplicate_window=2.0)
+    yield cfg
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    for kind in ("EVENTS", "WORK", "DLQ"):
+        try:
+            await js.delete_stream(f"{cfg.stream_prefix}_{kind}")
+        except nats.js.errors.NotFoundError:
+            pass
+    await nc.close()
+
+
+@pytest.fixture
+def service_cfg(nats_cfg: NatsConfig, db_cfg: DatabaseConfig, database_url: str, tmp_path) -> ServiceConfig:
+    return ServiceConfig(
+        nats=nats_cfg,
+        database=DatabaseConfig(url=database_url, schema=db_cfg.schema, pool_size=3),
+        consumer=ConsumerConfig(concurrency=4, ack_wait=2.0, max_deliver=3, backoff=[0.2, 0.2],
+                                shutdown_grace=5.0, fetch_timeout=0.2),
+        http=HttpConfig(port=0),
+    )

@@ -1,0 +1,197 @@
+"""Delivery guarantees on a real NATS and Postgres: once in effect, retries, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import msgspec
+import nats
+import pytest
+
+from shared.bus import NatsBus
+from shared.config import ServiceConfig
+from shared.messages import DeadLetter
+from shared.runtime.service import Service
+from shared.store import Store
+from shared.store.tenants import create_tenant
+from tests.support.ping import Ping, create_effects, effect_counts, handle_ping
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def running(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Service]:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    await create_effects(store.engine)
+    service = Service("pinger", service_cfg, {Ping: handle_ping}, default_port=0)
+    task = asyncio.create_task(service.run())
+    await eventually(lambda: _started(service))
+    yield service
+    service.stop()
+    assert await asyncio.wait_for(task, 20) == 0
+
+
+async def _started(service: Service) -> bool:
+    return (await service.health()).status == "ok"
+
+
+@pytest.fixture
+async def client(service_cfg: ServiceConfig, running: Service) -> AsyncIterator[NatsBus]:
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    yield bus
+    await bus.close()
+
+
+async def dead_letters(bus: NatsBus) -> list[DeadLetter]:
+    js = bus.js
+    stream = f"{bus.cfg.stream_prefix}_DLQ"
+    info = await js.stream_info(stream)
+    out = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        if info.state.messages == 0:
+            break
+        raw = await js.get_msg(stream, seq)
+        out.append(msgspec.json.decode(raw.data, type=DeadLetter))
+    return out
+
+
+async def pongs(bus: NatsBus) -> list[bytes]:
+    """Every Pong stored in the events stream (duplicates would show up here)."""
+    stream = f"{bus.cfg.stream_prefix}_EVENTS"
+    subject = f"{bus.cfg.subject_prefix}.acme.test.pong"
+    info = await bus.js.stream_info(stream, subjects_filter=subject)
+    return [b"x"] * int((info.state.subjects or {}).get(subject, 0))
+
+
+async def test_message_is_handled_once(client: NatsBus, store: Store) -> None:
+    await client.publish("acme", Ping(key="a"), msg_id="m-a")
+    await eventually(lambda: _count_is(store, "a", 1))
+    await eventually(lambda: _pong_count(client, 1))
+
+
+async def test_crash_mid_handler_is_retried_without_double_effect(client: NatsBus, store: Store) -> None:
+    # The handler writes its effect, then raises on attempts 1 and 2: both writes roll back.
+    await client.publish("acme", Ping(key="b", crash_on=[1, 2]), msg_id="m-b")
+    await eventually(lambda: _pong_count(client, 1))
+    assert (await effect_counts(store.engine))["b"] == 1
+    assert await dead_letters(client) == []
+
+
+async def test_redelivery_after_commit_changes_nothing_twice(client: NatsBus, store: Store) -> None:
+    await client.publish("acme", Ping(key="c"), msg_id="m-c")
+    await eventually(lambda: _count_is(store, "c", 1))
+    # Outside the stream's duplicate window the same message id is stored again, exactly as
+    # when an ack was lost: the handler must not run twice, and its Pong is not doubled.
+    await asyncio.sleep(client.cfg.duplicate_window + 0.5)
+    await client.publish("acme", Ping(key="c"), msg_id="m-c")
+    await asyncio.sleep(1.5)
+    assert (await effect_counts(store.engine))["c"] == 1
+    # The re-published Pong keeps its id; it lands again only because the window passed,
+    # and a downstream consumer drops it by that id.
+    ids = await _pong_ids(client)
+    assert len(set(ids)) == 1
+
+
+async def test_failing_message_is_dead_lettered_after_max_deliver(
+    client: NatsBus, store: Store, service_cfg: ServiceConfig
+) -> None:
+    await client.publish("acme", Ping(key="d", crash_on=[1, 2, 3, 4, 5]), msg_id="m-d")
+    await eventually(lambda: _dlq_size(client, 1))
+    [letter] = await dead_letters(client)
+    assert letter.error_kind == "exhausted"
+    assert "planted crash on attempt 3" in letter.error
+    assert letter.deliveries == service_cfg.consumer.max_deliver
+    assert letter.subject == f"{client.cfg.subject_prefix}.acme.test.ping"
+    assert msgspec.json.decode(base64.b64decode(letter.payload_b64))["key"] == "d"
+    assert "d" not in await effect_counts(store.engine)
+
+
+async def test_permanent_error_is_dead_lettered_at_once(client: NatsBus) -> None:
+    await client.publish("acme", Ping(key="e", permanent=True), msg_id="m-e")
+    await eventually(lambda: _dlq_size(client, 1))
+    [letter] = await dead_letters(client)
+    assert letter.error_kind == "permanent" and letter.deliveries == 1
+    assert "can never succeed" in letter.error
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"not json", b'{"key": 5}', b"{}", b'["key"]', b"\xff\xfe"],
+    ids=["garbage", "wrong-type", "missing-field", "wrong-shape", "bad-utf8"],
+)
+async def test_malformed_payload_is_dead_lettered_and_service_lives(
+    client: NatsBus, running: Service, store: Store, payload: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    subject = f"{client.cfg.subject_prefix}.acme.test.ping"
+    await client.publish_raw(subject, payload, msg_id=f"bad-{uuid.uuid4()}")
+    await eventually(lambda: _dlq_size(client, 1))
+    [letter] = await dead_letters(client)
+    assert letter.error_kind == "contract"
+    assert "test.ping v1" in letter.error
+    assert base64.b64decode(letter.payload_b64) == payload
+    # The service keeps handling good messages.
+    await client.publish("acme", Ping(key="after"), msg_id="m-after")
+    await eventually(lambda: _count_is(store, "after", 1))
+    assert (await running.health()).status == "ok"
+
+
+async def test_unknown_tenant_is_dead_lettered(client: NatsBus) -> None:
+    await client.publish("nobody", Ping(key="f"), msg_id="m-f")
+    await eventually(lambda: _dlq_size(client, 1))
+    [letter] = await dead_letters(client)
+    assert letter.error_kind == "contract" and "unknown tenant 'nobody'" in letter.error
+
+
+async def test_concurrency_is_bounded(client: NatsBus, store: Store, running: Service) -> None:
+    limit = running.cfg.consumer.concurrency
+    for i in range(limit * 3):
+        await client.publish("acme", Ping(key=f"p{i}", sleep=0.5), msg_id=f"m-p{i}")
+    peak = 0
+
+    async def done() -> bool:
+        nonlocal peak
+        peak = max(peak, (await running.health()).in_flight)
+        return len(await effect_counts(store.engine)) == limit * 3
+
+    await eventually(done, timeout=30)
+    assert 1 < peak <= limit
+
+
+async def _count_is(store: Store, key: str, n: int) -> bool:
+    return (await effect_counts(store.engine)).get(key) == n
+
+
+async def _pong_count(bus: NatsBus, n: int) -> bool:
+    return len(await pongs(bus)) == n
+
+
+async def _pong_ids(bus: NatsBus) -> list[str]:
+    stream = f"{bus.cfg.stream_prefix}_EVENTS"
+    sub = await bus.js.pull_subscribe(f"{bus.cfg.subject_prefix}.acme.test.pong", stream=stream)
+    ids = []
+    try:
+        while True:
+            for m in await sub.fetch(10, timeout=0.5):
+                ids.append(m.headers["Nats-Msg-Id"])
+                await m.ack()
+    except nats.errors.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    return ids
+
+
+async def _dlq_size(bus: NatsBus, n: int) -> bool:
+    info = await bus.js.stream_info(f"{bus.cfg.stream_prefix}_DLQ")
+    return info.state.messages == n

@@ -1,0 +1,75 @@
+"""A test-only contract and handler that record their effects, to observe delivery guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import Column, Integer, MetaData, String, Table, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from shared.bus.delivery import HandlerContext
+from shared.errors import PermanentError
+from shared.messages import Contract, register
+
+
+class Ping(Contract, frozen=True):
+    """test -> ping handler."""
+
+    STAGE = "test"
+    EVENT = "ping"
+
+    key: str
+    crash_on: list[int] = []
+    """Attempts on which the handler raises after writing its effect."""
+    sleep: float = 0.0
+    permanent: bool = False
+
+
+class Pong(Contract, frozen=True):
+    """ping handler -> test."""
+
+    STAGE = "test"
+    EVENT = "pong"
+
+    key: str
+
+
+register(Ping)
+register(Pong)
+
+effects_meta = MetaData()
+effects = Table(
+    "test_effects",
+    effects_meta,
+    Column("tenant_id", String, primary_key=True),
+    Column("key", String, primary_key=True),
+    Column("count", Integer, nullable=False),
+)
+
+
+async def handle_ping(msg: Ping, ctx: HandlerContext) -> None:
+    stmt = insert(effects).values(tenant_id=ctx.tenant, key=msg.key, count=1)
+    await ctx.session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["tenant_id", "key"], set_={"count": effects.c["count"] + 1}
+        )
+    )
+    if msg.sleep:
+        await asyncio.sleep(msg.sleep)
+    if msg.permanent:
+        raise PermanentError(f"ping {msg.key} can never succeed")
+    if ctx.attempt in msg.crash_on:
+        raise RuntimeError(f"planted crash on attempt {ctx.attempt}")
+    ctx.emit(Pong(key=msg.key))
+
+
+async def create_effects(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(effects_meta.create_all)
+
+
+async def effect_counts(engine: AsyncEngine) -> dict[str, int]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(effects.c.key, effects.c["count"]))
+        return {key: count for key, count in rows}

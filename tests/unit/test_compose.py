@@ -1,0 +1,453 @@
+"""compose.yaml: valid Compose Specification, and consistent with the project.
+
+Offline: the schema is vendored in tests/data/compose-spec.json (see tests/data/README.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "compose.yaml"
+SCHEMA_FILE = ROOT / "tests" / "data" / "compose-spec.json"
+SERVICES_DIR = ROOT / "services"
+
+# The six services and their default HTTP ports (router's is also the public API).
+EXPECTED_PORTS = {
+    "router": 8080,
+    "rollout": 8101,
+    "contrast": 8102,
+    "synthesize": 8103,
+    "train": 8104,
+    "evaluator": 8105,
+}
+ARTIFACT_DIR = "/var/lib/retrace/artifacts"
+ARTIFACT_USERS = {"train", "router", "evaluator"}
+GPU_PROFILE_SERVICES = {"vllm", "train-gpu"}
+
+# Go-style durations, as Compose reads them ("10s", "1m30s", "500ms").
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+_MODULE_CMD = re.compile(r"^python3? -m services\.([a-z_][a-z0-9_]*)$")
+_UP_CMD = re.compile(r"^retrace up --only ([a-z_][a-z0-9_-]*)$")
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+def _load_compose() -> dict[str, Any]:
+    with COMPOSE_FILE.open(encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    assert isinstance(doc, dict), "compose.yaml is not a mapping"
+    return doc
+
+
+def _load_schema() -> dict[str, Any]:
+    with SCHEMA_FILE.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _format_checker() -> jsonschema.FormatChecker:
+    checker = jsonschema.FormatChecker()
+
+    @checker.checks("duration")
+    def _is_duration(value: object) -> bool:
+        return not isinstance(value, str) or bool(_DURATION.match(value))
+
+    return checker
+
+
+def _validator(cls: type[jsonschema.protocols.Validator] = jsonschema.Draft7Validator) -> Any:
+    return cls(_load_schema(), format_checker=_format_checker())
+
+
+def _errors(doc: dict[str, Any], cls: Any = jsonschema.Draft7Validator) -> list[str]:
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in _validator(cls).iter_errors(doc)
+    ]
+
+
+def _command(svc: dict[str, Any]) -> str:
+    cmd = svc.get("command")
+    if isinstance(cmd, list):
+        return " ".join(str(c) for c in cmd)
+    return str(cmd or "")
+
+
+def _depends_on(svc: dict[str, Any]) -> dict[str, str]:
+    dep = svc.get("depends_on") or {}
+    if isinstance(dep, list):
+        return {name: "service_started" for name in dep}
+    return {name: spec["condition"] for name, spec in dep.items()}
+
+
+def _env(svc: dict[str, Any]) -> dict[str, str | None]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return {k: None if v is None else str(v) for k, v in env.items()}
+
+
+def _profiles(svc: dict[str, Any]) -> set[str]:
+    return set(svc.get("profiles") or [])
+
+
+def _is_project_image(svc: dict[str, Any]) -> bool:
+    return "build" in svc
+
+
+def _gpu_devices(svc: dict[str, Any]) -> list[dict[str, Any]]:
+    reservations = ((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
+    return [
+        d
+        for d in reservations.get("devices") or []
+        if "gpu" in (d.get("capabilities") or []) or d.get("driver") == "nvidia"
+    ]
+
+
+def _volume_mounts(svc: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """target -> (source, read_only), from short or long volume syntax."""
+    mounts: dict[str, tuple[str, bool]] = {}
+    for vol in svc.get("volumes") or []:
+        if isinstance(vol, str):
+            parts = vol.split(":")
+            source, target = parts[0], parts[1]
+            read_only = len(parts) > 2 and "ro" in parts[2].split(",")
+        else:
+            source, target = vol.get("source", ""), vol["target"]
+            read_only = bool(vol.get("read_only"))
+        mounts[target] = (source, read_only)
+    return mounts
+
+
+def _service_modules_on_disk() -> set[str]:
+    if not SERVICES_DIR.is_dir():
+        return set()
+    return {p.parent.name for p in SERVICES_DIR.glob("*/__main__.py")}
+
+
+def _expected_service_names() -> set[str]:
+    # Never empty: before services/ is written, the fixed list still has to hold.
+    return set(EXPECTED_PORTS) | _service_modules_on_disk()
+
+
+def _runs(svc: dict[str, Any]) -> str | None:
+    """Which retrace service a compose service runs, if any."""
+    cmd = _command(svc)
+    m = _MODULE_CMD.match(cmd) or _UP_CMD.match(cmd)
+    return m.group(1) if m else None
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return _load_compose()
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+# ---------------------------------------------------------------------------
+# schema
+# ---------------------------------------------------------------------------
+def test_vendored_schema_is_a_valid_draft7_schema() -> None:
+    jsonschema.Draft7Validator.check_schema(_load_schema())
+
+
+@pytest.mark.parametrize(
+    "validator_cls",
+    [jsonschema.Draft7Validator, jsonschema.Draft201909Validator],
+    ids=["draft7", "draft2019-09"],
+)
+def test_compose_file_validates_against_compose_spec(compose: dict[str, Any], validator_cls: Any):
+    # The file's $schema names draft 2019-09 (as a URI jsonschema doesn't
+    # recognise); its keywords mean the same under draft 7. Both must pass.
+    assert _errors(compose, validator_cls) == []
+
+
+def test_no_obsolete_version_key(compose: dict[str, Any]) -> None:
+    assert "version" not in compose
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        "ports_as_string",
+        "unknown_top_level_key",
+        "unknown_service_key",
+        "bad_depends_on_condition",
+        "bad_healthcheck_duration",
+    ],
+)
+def test_schema_rejects_broken_documents(compose: dict[str, Any], breakage: str) -> None:
+    broken = copy.deepcopy(compose)
+    router = broken["services"]["router"]
+    if breakage == "ports_as_string":
+        router["ports"] = "8080"
+        where = "services/router/ports"
+    elif breakage == "unknown_top_level_key":
+        broken["servicez"] = {}
+        where = "<root>"
+    elif breakage == "unknown_service_key":
+        router["helthcheck"] = router["healthcheck"]
+        where = "services/router"
+    elif breakage == "bad_depends_on_condition":
+        router["depends_on"] = {"nats": {"condition": "service_ready"}}
+        where = "services/router/depends_on"
+    else:
+        router["healthcheck"] = {**router["healthcheck"], "interval": "ten seconds"}
+        where = "services/router/healthcheck/interval"
+    errors = _errors(broken)
+    assert errors, f"{breakage}: the validator accepted a broken document"
+    assert any(e.startswith(where + ":") for e in errors), errors
+
+
+# ---------------------------------------------------------------------------
+# consistency with the project
+# ---------------------------------------------------------------------------
+def test_every_service_package_runs_in_compose(services: dict[str, dict[str, Any]]) -> None:
+    running = {_runs(svc) for name, svc in services.items() if not _profiles(svc)}
+    missing = _expected_service_names() - running
+    assert not missing, f"no default-profile compose service runs: {sorted(missing)}"
+
+
+def test_compose_runs_only_known_services(services: dict[str, dict[str, Any]]) -> None:
+    known = _expected_service_names()
+    for name, svc in services.items():
+        runs = _runs(svc)
+        if runs is not None:
+            assert runs in known, f"{name} runs unknown module services.{runs}"
+        elif _is_project_image(svc):
+            assert _command(svc) == "retrace migrate", f"{name}: unexpected command"
+
+
+def test_each_service_runs_once_in_the_default_profile(services: dict[str, dict[str, Any]]):
+    runs = [_runs(svc) for svc in services.values() if not _profiles(svc) and _runs(svc)]
+    assert len(runs) == len(set(runs)), runs
+
+
+def test_depends_on_targets_exist_and_are_active(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        for target in _depends_on(svc):
+            assert target in services, f"{name} depends on undefined service {target}"
+            assert target != name
+            # A default service may not wait on one that only a profile starts.
+            assert _profiles(services[target]) <= _profiles(svc) or not _profiles(
+                services[target]
+            ), f"{name} depends on {target}, which runs only under {_profiles(services[target])}"
+
+
+def test_services_wait_for_migrations_and_nats(services: dict[str, dict[str, Any]]) -> None:
+    assert services["migrations"]["restart"] == "no"
+    assert _command(services["migrations"]) == "retrace migrate"
+    assert _depends_on(services["migrations"]) == {"postgres": "service_healthy"}
+    for name, svc in services.items():
+        if _runs(svc) is None:
+            continue
+        deps = _depends_on(svc)
+        assert deps.get("migrations") == "service_completed_successfully", name
+        assert "nats" in deps, name
+        assert svc.get("restart") == "unless-stopped", name
+
+
+def test_project_image_services_have_healthchecks(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        if not _is_project_image(svc):
+            continue
+        if svc.get("restart") == "no":  # one-shot job (migrations)
+            assert "healthcheck" not in svc, name
+            continue
+        hc = svc.get("healthcheck")
+        assert hc and not hc.get("disable"), f"{name} has no healthcheck"
+        test = hc["test"]
+        assert isinstance(test, list) and test[0] == "CMD", f"{name}: use exec form, no shell"
+        assert test[1] in ("python", "python3") and test[2] == "-c", name
+        code = test[3]
+        compile(code, f"<{name} healthcheck>", "exec")
+        assert "urllib" in code and "/healthz" in code and "127.0.0.1" in code, name
+        assert "curl" not in " ".join(test) and "wget" not in " ".join(test), name
+        port = _env(svc).get("RETRACE_HTTP_PORT")
+        assert port is not None, f"{name} sets no RETRACE_HTTP_PORT"
+        assert "RETRACE_HTTP_PORT" in code or f":{port}/healthz" in code, name
+
+
+def test_http_ports_and_environment(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        runs = _runs(svc)
+        if runs is None:
+            continue
+        env = _env(svc)
+        if runs in EXPECTED_PORTS:
+            assert env.get("RETRACE_HTTP_PORT") == str(EXPECTED_PORTS[runs]), name
+        assert env.get("RETRACE_HTTP_HOST") == "0.0.0.0", name
+        assert env.get("RETRACE_NATS_URL") == "nats://nats:4222", name
+        assert env.get("RETRACE_DATABASE_URL", "").startswith("postgresql+asyncpg://"), name
+        assert "@postgres:5432/" in (env.get("RETRACE_DATABASE_URL") or ""), name
+        assert env.get("RETRACE_LOG_FORMAT") == "json", name
+        assert env.get("RETRACE_ARTIFACT_DIR") == ARTIFACT_DIR, name
+        assert env.get("RETRACE_MODEL_URL"), name
+
+
+def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:
+    ports = services["router"].get("ports") or []
+    assert "8080:8080" in [str(p) for p in ports] or any(
+        isinstance(p, dict) and p.get("target") == 8080 and p.get("published") == 8080
+        for p in ports
+    ), ports
+    # Only the router (public API) and vllm publish ports to the host.
+    for name, svc in services.items():
+        if svc.get("ports"):
+            assert name in {"router", "vllm"}, f"{name} publishes {svc['ports']}"
+
+
+def test_artifact_volume_is_shared(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    users = {n for n, s in services.items() if _runs(s) in ARTIFACT_USERS} | {"vllm"}
+    sources = set()
+    for name in users:
+        mount = _volume_mounts(services[name]).get(ARTIFACT_DIR)
+        assert mount is not None, f"{name} does not mount {ARTIFACT_DIR}"
+        source, read_only = mount
+        sources.add(source)
+        assert read_only == (name == "vllm"), f"{name}: read_only={read_only}"
+    assert len(sources) == 1, sources
+    assert sources <= set(compose.get("volumes") or {}), "artifacts must be a named volume"
+
+
+def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    declared = set(compose.get("volumes") or {})
+    for name, svc in services.items():
+        for source, _ in _volume_mounts(svc).values():
+            if source and not source.startswith((".", "/", "~", "$")):
+                assert source in declared, f"{name} mounts undeclared volume {source}"
+
+
+def test_gpu_profile(services: dict[str, dict[str, Any]]) -> None:
+    gpu = {name for name, svc in services.items() if "gpu" in _profiles(svc)}
+    assert gpu >= GPU_PROFILE_SERVICES, gpu
+    for name in GPU_PROFILE_SERVICES:
+        assert _gpu_devices(services[name]), f"{name} reserves no GPU"
+    for name, svc in services.items():
+        if not _profiles(svc):
+            assert not _gpu_devices(svc), f"default-profile service {name} reserves a GPU"
+
+
+def test_vllm_serves_runtime_loras(services: dict[str, dict[str, Any]]) -> None:
+    vllm = services["vllm"]
+    assert str(vllm["image"]).startswith("vllm/vllm-openai")
+    cmd = _command(vllm)
+    for flag in (
+        "--enable-lora",
+        "--max-loras 8",
+        "--max-lora-rank 16",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser hermes",
+        "--port 8000",
+    ):
+        assert flag in cmd, flag
+    assert "SmolLM2-135M-Instruct" in cmd
+    assert _env(vllm).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True"
+    assert "8000:8000" in [str(p) for p in vllm.get("ports") or []]
+
+
+def test_train_gpu_builds_the_train_extra(services: dict[str, dict[str, Any]]) -> None:
+    train_gpu = services["train-gpu"]
+    assert _runs(train_gpu) == "train"
+    extras = str(train_gpu["build"]["args"]["EXTRAS"])
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        optional = tomllib.load(f)["project"]["optional-dependencies"]
+    for extra in filter(None, (e.strip() for e in extras.split(","))):
+        assert extra in optional, f"EXTRAS={extra!r} is not an extra in pyproject.toml"
+    assert "train" in extras
+    assert any(r.replace(" ", "").startswith("torch==") for r in optional["train"])
+    # The default image must stay lean: no extras, never dev.
+    for name, svc in services.items():
+        if _is_project_image(svc) and name != "train-gpu":
+            assert (svc["build"].get("args") or {}).get("EXTRAS", "") == "", name
+        assert "dev" not in str((svc.get("build") or {}).get("args", {})), name
+
+
+def test_nats_jetstream_on_a_volume(services: dict[str, dict[str, Any]]) -> None:
+    nats = services["nats"]
+    assert str(nats["image"]).startswith("nats:2.10")
+    cmd = _command(nats).split()
+    assert "--jetstream" in cmd or "-js" in cmd
+    store = cmd[cmd.index("--store_dir") + 1] if "--store_dir" in cmd else cmd[cmd.index("-sd") + 1]
+    assert store in _volume_mounts(nats)
+    assert "8222" in cmd and ("-m" in cmd or "--http_port" in cmd)
+
+
+def test_postgres(services: dict[str, dict[str, Any]]) -> None:
+    pg = services["postgres"]
+    assert str(pg["image"]).startswith("postgres:16")
+    env = _env(pg)
+    assert env["POSTGRES_USER"] == env["POSTGRES_PASSWORD"] == env["POSTGRES_DB"] == "retrace"
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    assert "/var/lib/postgresql/data" in _volume_mounts(pg)
+
+
+# ---------------------------------------------------------------------------
+# the healthcheck probe really works (run against a local HTTP server)
+# ---------------------------------------------------------------------------
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        code = self.status if self.path == "/healthz" else 404
+        body = json.dumps({"ok": code == 200}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[tuple[int, type[_Health]]]:
+    handler = type("Handler", (_Health,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_healthcheck_probe_exit_codes(
+    services: dict[str, dict[str, Any]], health_server: tuple[int, type[_Health]]
+) -> None:
+    port, handler = health_server
+    test = services["router"]["healthcheck"]["test"]
+    code = test[3].replace(f":{EXPECTED_PORTS['router']}/", f":{port}/")
+    env = {**os.environ, "RETRACE_HTTP_PORT": str(port)}
+
+    def probe() -> int:
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, timeout=30
+        ).returncode
+
+    handler.status = 200
+    assert probe() == 0
+    handler.status = 503
+    assert probe() != 0
