@@ -8,16 +8,29 @@ service's own top-level field maps to `RETRACE_<SERVICE>_<FIELD>`. Lists take JS
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
 
 from shared.errors import ConfigError
+from shared.subjects import TOKEN_RE
 
 ENV_PREFIX = "RETRACE_"
+
+# Bounds that turn a nonsensical value into an error naming its variable at start, rather than
+# a hang or a crash deep inside NATS or Postgres later. Floats must also be finite (`_parse`).
+Count = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+"""A timeout or window: zero would mean "no time at all"."""
+Pause = Annotated[float, msgspec.Meta(ge=0)]
+"""A wait that may be zero."""
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+SubjectToken = Annotated[str, msgspec.Meta(pattern=TOKEN_RE.pattern)]
 
 
 class NatsConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -25,38 +38,38 @@ class NatsConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     url: str | None = None
     """nats:// URL; unset starts (or reuses) an embedded nats-server under the data dir."""
-    subject_prefix: str = "retrace"
+    subject_prefix: SubjectToken = "retrace"
     """First token of every subject: `<prefix>.<tenant>.<stage>.<event>`."""
     stream_prefix: str = "RETRACE"
     """Prefix of every stream name, so several deployments (or tests) share one server."""
-    connect_timeout: float = 5.0
+    connect_timeout: Seconds = 5.0
     """Seconds for one connection attempt."""
-    request_timeout: float = 10.0
+    request_timeout: Seconds = 10.0
     """Seconds for a publish ack or a JetStream API call."""
-    reconnect_attempts: int = 60
+    reconnect_attempts: NonNegative = 60
     """Reconnection attempts after a lost connection before the service gives up and exits."""
-    reconnect_wait: float = 2.0
+    reconnect_wait: Pause = 2.0
     """Seconds between reconnection attempts."""
-    duplicate_window: float = 120.0
+    duplicate_window: Seconds = 120.0
     """Seconds JetStream remembers a `Nats-Msg-Id` to drop duplicate publishes."""
-    max_age_days: float = 7.0
+    max_age_days: Seconds = 7.0
     """How long event streams keep messages."""
 
 
 class ConsumerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """How a service pulls and acknowledges work."""
 
-    concurrency: int = 4
+    concurrency: Count = 4
     """Messages handled at once by one service instance."""
-    ack_wait: float = 30.0
+    ack_wait: Seconds = 30.0
     """Seconds before an unacknowledged message is redelivered; long handlers heartbeat."""
-    max_deliver: int = 5
+    max_deliver: Count = 5
     """Deliveries before a failing message goes to the dead-letter stream."""
-    backoff: list[float] = msgspec.field(default_factory=lambda: [1.0, 5.0, 15.0, 60.0])
+    backoff: list[Pause] = msgspec.field(default_factory=lambda: [1.0, 5.0, 15.0, 60.0])
     """Delay in seconds before redelivery after the n-th failure (the last value repeats)."""
-    shutdown_grace: float = 30.0
+    shutdown_grace: Pause = 30.0
     """Seconds in-flight handlers get to finish on SIGTERM before they are cancelled and nak'd."""
-    fetch_timeout: float = 1.0
+    fetch_timeout: Seconds = 1.0
     """Seconds one pull waits for messages."""
 
 
@@ -67,19 +80,19 @@ class DatabaseConfig(msgspec.Struct, kw_only=True, frozen=True):
     """SQLAlchemy URL (`postgresql+asyncpg://...`); unset starts an embedded Postgres."""
     schema: str = "public"
     """Schema holding retrace's tables (tests use one per run)."""
-    pool_size: int = 5
+    pool_size: Count = 5
     """Connections kept open per process."""
-    connect_timeout: float = 10.0
+    connect_timeout: Seconds = 10.0
     """Seconds to open one connection."""
-    statement_timeout_ms: int = 30_000
-    """Server-side limit for one statement."""
+    statement_timeout_ms: Count = 30_000
+    """Server-side limit for one statement (Postgres would read 0 as "no limit")."""
 
 
 class HttpConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Where a service serves `/healthz`, `/metrics` and its own endpoints."""
 
     host: str = "127.0.0.1"
-    port: int = 0
+    port: Port = 0
     """0 picks the service's default port."""
 
 
@@ -124,6 +137,8 @@ class ServiceConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 
 C = TypeVar("C", bound=msgspec.Struct)
+_INVALID = object()
+"""What `_parse` returns for a value it rejected (and recorded): the field is left out."""
 
 
 def load_config(
@@ -136,21 +151,38 @@ def load_config(
     for field in msgspec.structs.fields(cls):
         if _is_struct(field.type):
             block: dict[str, Any] = {}
+            reported = len(errors)
             for sub in msgspec.structs.fields(field.type):
                 key = f"{ENV_PREFIX}{field.name}_{sub.name}".upper()
-                if key in env:
-                    block[sub.name] = _parse(key, env[key], sub.type, errors)
-            values[field.name] = _build(field.type, block, field.name, errors)
+                _read(env, key, sub, block, errors)
+            if len(errors) == reported:  # else the block's own variables are already named
+                values[field.name] = _build(field.type, block, field.name, errors)
         else:
             key = f"{ENV_PREFIX}{service or cls.__name__}_{field.name}".upper()
-            if key in env:
-                values[field.name] = _parse(key, env[key], field.type, errors)
+            _read(env, key, field, values, errors)
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(errors))
     try:
         return msgspec.convert(values, cls)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def _read(
+    env: Mapping[str, str],
+    key: str,
+    field: msgspec.structs.FieldInfo,
+    into: dict[str, Any],
+    errors: list[str],
+) -> None:
+    """Put `field`'s value from `key` into `into`, or record why not; unset keeps the default."""
+    if key not in env:
+        if field.required:
+            errors.append(f"{key}: required, not set")
+        return
+    value = _parse(key, env[key], field.type, errors)
+    if value is not _INVALID:
+        into[field.name] = value
 
 
 def _is_struct(tp: Any) -> bool:
@@ -162,7 +194,7 @@ def _build(tp: type[msgspec.Struct], block: dict[str, Any], name: str, errors: l
         return msgspec.convert(block, tp)
     except msgspec.ValidationError as exc:
         errors.append(f"{ENV_PREFIX}{name.upper()}_*: {exc}")
-        return tp()
+        return None
 
 
 def _parse(key: str, raw: str, tp: Any, errors: list[str]) -> Any:
@@ -178,11 +210,17 @@ def _parse(key: str, raw: str, tp: Any, errors: list[str]) -> Any:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
                 errors.append(f"{key}={raw!r}: not a JSON list ({exc.msg})")
-                return None
+                return _INVALID
         else:
             value = [part.strip() for part in text.split(",") if part.strip()]
     try:
-        return msgspec.convert(value, tp, strict=False)
+        parsed = msgspec.convert(value, tp, strict=False)
     except msgspec.ValidationError as exc:
         errors.append(f"{key}={raw!r}: {exc}")
-        return None
+        return _INVALID
+    # Lax conversion reads "inf" and "nan" as floats; no setting here means either.
+    numbers = parsed if isinstance(parsed, list) else [parsed]
+    if any(isinstance(n, float) and not math.isfinite(n) for n in numbers):
+        errors.append(f"{key}={raw!r}: expected a finite number")
+        return _INVALID
+    return parsed

@@ -49,7 +49,7 @@ def configure_logging(
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Third-party chatter at INFO drowns the service's own lines.
-    for noisy in ("asyncio", "aiohttp.access", "nats", "alembic", "sqlalchemy"):
+    for noisy in ("asyncio", "aiohttp.access", "nats", "alembic", "sqlalchemy", "pgserver"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     if service:
         structlog.contextvars.bind_contextvars(service=service)

@@ -175,6 +175,10 @@ def decode(data: bytes, contract: type[Contract]) -> Contract:
         return msgspec.json.decode(data, type=contract)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ContractError(f"{contract.kind()} v{contract.VERSION}: {exc}") from exc
+    except RecursionError as exc:
+        # Deeply nested JSON (even in an ignored field) exhausts the decoder's stack: it is a
+        # malformed payload like any other, to be dead-lettered rather than crash the consumer.
+        raise ContractError(f"{contract.kind()} v{contract.VERSION}: nested too deeply") from exc
 
 
 for _c in (

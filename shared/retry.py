@@ -24,9 +24,19 @@ class RetryPolicy:
     """Seconds for one attempt."""
     retry_on: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError)
 
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"retry policy {self.name!r}: attempts must be at least 1")
+        if not (self.base_delay >= 0 and self.max_delay >= 0):
+            raise ValueError(f"retry policy {self.name!r}: delays must not be negative")
+        if not self.timeout > 0:
+            raise ValueError(f"retry policy {self.name!r}: timeout must be positive")
+
     def delay(self, attempt: int) -> float:
         """Backoff before attempt `attempt + 1` (attempt counts from 1), with full jitter."""
-        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+        # A float exponent past 1023 overflows; long before, the delay is max_delay.
+        growth = 2.0 ** min(max(attempt - 1, 0), 1023)
+        return random.uniform(0, min(self.max_delay, self.base_delay * growth))
 
 
 async def with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]]) -> T:

@@ -7,9 +7,12 @@ from typing import NamedTuple
 
 from shared.errors import ContractError
 
-TENANT_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+# `\A...\Z`, not `^...$`: `$` also matches before a trailing newline, which would let
+# "acme\n" through as a tenant id or subject token.
+TENANT_RE = re.compile(r"\A[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 """Tenant ids are DNS-label-like so they are safe as one subject token and in URLs."""
-_TOKEN_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+TOKEN_RE = re.compile(r"\A[a-z][a-z0-9_]*\Z")
+"""A subject prefix, stage or event."""
 
 
 class Subject(NamedTuple):
@@ -31,9 +34,10 @@ def validate_tenant(tenant: str) -> str:
 
 
 def build(prefix: str, tenant: str, stage: str, event: str) -> str:
+    """Join the tokens; anything `parse` would reject is a ContractError here already."""
     validate_tenant(tenant)
-    for name, token in (("stage", stage), ("event", event)):
-        if not _TOKEN_RE.match(token):
+    for name, token in (("prefix", prefix), ("stage", stage), ("event", event)):
+        if not TOKEN_RE.match(token):
             raise ContractError(f"invalid {name} token {token!r}")
     return f"{prefix}.{tenant}.{stage}.{event}"
 
@@ -46,11 +50,18 @@ def parse(subject: str, prefix: str) -> Subject:
     _, tenant, stage, event = parts
     validate_tenant(tenant)
     for token in (stage, event):
-        if not _TOKEN_RE.match(token):
+        if not TOKEN_RE.match(token):
             raise ContractError(f"subject {subject!r} has an invalid token {token!r}")
     return Subject(prefix, tenant, stage, event)
 
 
 def dead_letter(prefix: str, subject: str) -> str:
-    """Where a failed message from `subject` is kept: `<prefix>_dlq.<rest of subject>`."""
-    return f"{prefix}_dlq.{subject.split('.', 1)[1]}"
+    """Where a failed message from `subject` is kept: `<prefix>_dlq.<rest of subject>`.
+
+    Only the tokens are kept, not checked: a message with a malformed tenant must still reach
+    the dead-letter stream. A subject outside `<prefix>.` would be filed under the wrong origin.
+    """
+    head, dot, rest = subject.partition(".")
+    if head != prefix or not dot or not rest:
+        raise ContractError(f"subject {subject!r} is not under {prefix}.")
+    return f"{prefix}_dlq.{rest}"

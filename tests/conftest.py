@@ -62,8 +62,12 @@ async def store(database_url: str, db_cfg: DatabaseConfig) -> AsyncIterator[Stor
 async def nats_cfg(nats_url: str) -> AsyncIterator[NatsConfig]:
     """Unique subject and stream prefixes; the streams are deleted afterwards."""
     tag = uuid.uuid4().hex[:10]
-    cfg = NatsConfig(url=nats_url, subject_prefix=f"rt{tag}", stream_prefix=f"RT{tag.upper()}",
-                     duplicate_window=2.0)
+    cfg = NatsConfig(
+        url=nats_url,
+        subject_prefix=f"rt{tag}",
+        stream_prefix=f"RT{tag.upper()}",
+        duplicate_window=2.0,
+    )
     yield cfg
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
@@ -76,11 +80,19 @@ async def nats_cfg(nats_url: str) -> AsyncIterator[NatsConfig]:
 
 
 @pytest.fixture
-def service_cfg(nats_cfg: NatsConfig, db_cfg: DatabaseConfig, database_url: str, tmp_path) -> ServiceConfig:
+def service_cfg(
+    nats_cfg: NatsConfig, db_cfg: DatabaseConfig, database_url: str, tmp_path
+) -> ServiceConfig:
     return ServiceConfig(
         nats=nats_cfg,
         database=DatabaseConfig(url=database_url, schema=db_cfg.schema, pool_size=3),
-        consumer=ConsumerConfig(concurrency=4, ack_wait=2.0, max_deliver=3, backoff=[0.2, 0.2],
-                                shutdown_grace=5.0, fetch_timeout=0.2),
+        consumer=ConsumerConfig(
+            concurrency=4,
+            ack_wait=2.0,
+            max_deliver=3,
+            backoff=[0.2, 0.2],
+            shutdown_grace=5.0,
+            fetch_timeout=0.2,
+        ),
         http=HttpConfig(port=0),
     )

@@ -58,7 +58,11 @@ class NatsBus:
         name: str = "retrace",
         on_closed: Callable[[], Awaitable[None]] | None = None,
     ) -> NatsBus:
+        holder: list[Client] = []
+
         async def _disconnected() -> None:
+            if holder and (holder[0].is_draining or holder[0].is_closed):
+                return  # our own shutdown
             log.warning("nats disconnected", url=url)
 
         async def _reconnected() -> None:
@@ -83,6 +87,7 @@ class NatsBus:
             error_cb=_error,
             closed_cb=_closed,
         )
+        holder.append(nc)
         return cls(nc, cfg)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -11,6 +12,9 @@ from alembic.config import Config
 import migrations
 
 SCRIPT_LOCATION = str(Path(migrations.__file__).parent)
+_ALEMBIC = threading.Lock()
+"""Alembic keeps its context in module globals: one command at a time per process. Across
+processes, env.py takes a Postgres advisory lock."""
 
 
 def alembic_config(url: str, schema: str = "public") -> Config:
@@ -22,11 +26,13 @@ def alembic_config(url: str, schema: str = "public") -> Config:
 
 
 def upgrade(url: str, schema: str = "public", revision: str = "head") -> None:
-    command.upgrade(alembic_config(url, schema), revision)
+    with _ALEMBIC:
+        command.upgrade(alembic_config(url, schema), revision)
 
 
 def downgrade(url: str, schema: str = "public", revision: str = "base") -> None:
-    command.downgrade(alembic_config(url, schema), revision)
+    with _ALEMBIC:
+        command.downgrade(alembic_config(url, schema), revision)
 
 
 async def upgrade_async(url: str, schema: str = "public", revision: str = "head") -> None:

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Table, event
 from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
+from sqlalchemy.sql.util import find_tables
 
 from shared.errors import CrossTenantError, UnscopedQueryError
-from shared.store.models import Tenant, TenantOwned
+from shared.store.models import Base, Tenant, TenantOwned
 
 TENANT_KEY = "tenant_id"
 CROSS_TENANT_KEY = "cross_tenant"
+
+
+_SCOPED_TABLES = {
+    m.local_table.name for m in Base.registry.mappers if issubclass(m.class_, (TenantOwned, Tenant))
+}
 
 
 def _scoped(cls: type) -> bool:
@@ -32,13 +38,13 @@ def _filter_by_tenant(state: ORMExecuteState) -> None:
     info = state.session.info
     if info.get(CROSS_TENANT_KEY):
         return
-    touched = [m.class_ for m in state.all_mappers if _scoped(m.class_)]
-    if not touched:
-        return
     tenant = info.get(TENANT_KEY)
     if tenant is None:
-        names = ", ".join(sorted(c.__tablename__ for c in touched))
-        raise UnscopedQueryError(f"query on {names} from a session without a tenant scope")
+        touched = _scoped_tables(state.statement)
+        if touched:
+            names = ", ".join(sorted(touched))
+            raise UnscopedQueryError(f"query on {names} from a session without a tenant scope")
+        return
     if state.is_insert:
         _check_insert_values(state, tenant)
         return
@@ -48,6 +54,19 @@ def _filter_by_tenant(state: ORMExecuteState) -> None:
         ),
         with_loader_criteria(Tenant, Tenant.id == tenant, include_aliases=True),
     )
+
+
+def _scoped_tables(statement: Any) -> set[str]:
+    """Names of tenant-owned tables anywhere in a statement: FROMs, joins, subqueries, DML."""
+    tables = find_tables(
+        statement,
+        check_columns=True,
+        include_aliases=True,
+        include_joins=True,
+        include_selects=True,
+        include_crud=True,
+    )
+    return {t.name for t in tables if isinstance(t, Table) and t.name in _SCOPED_TABLES}
 
 
 def _check_insert_values(state: ORMExecuteState, tenant: str) -> None:

@@ -81,7 +81,9 @@ async def test_message_is_handled_once(client: NatsBus, store: Store) -> None:
     await eventually(lambda: _pong_count(client, 1))
 
 
-async def test_crash_mid_handler_is_retried_without_double_effect(client: NatsBus, store: Store) -> None:
+async def test_crash_mid_handler_is_retried_without_double_effect(
+    client: NatsBus, store: Store
+) -> None:
     # The handler writes its effect, then raises on attempts 1 and 2: both writes roll back.
     await client.publish("acme", Ping(key="b", crash_on=[1, 2]), msg_id="m-b")
     await eventually(lambda: _pong_count(client, 1))
@@ -132,7 +134,11 @@ async def test_permanent_error_is_dead_lettered_at_once(client: NatsBus) -> None
     ids=["garbage", "wrong-type", "missing-field", "wrong-shape", "bad-utf8"],
 )
 async def test_malformed_payload_is_dead_lettered_and_service_lives(
-    client: NatsBus, running: Service, store: Store, payload: bytes, caplog: pytest.LogCaptureFixture
+    client: NatsBus,
+    running: Service,
+    store: Store,
+    payload: bytes,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     subject = f"{client.cfg.subject_prefix}.acme.test.ping"
     await client.publish_raw(subject, payload, msg_id=f"bad-{uuid.uuid4()}")

@@ -23,6 +23,8 @@ class Ping(Contract, frozen=True):
     crash_on: list[int] = []
     """Attempts on which the handler raises after writing its effect."""
     sleep: float = 0.0
+    sleep_on: list[int] | None = None
+    """Attempts on which to sleep (all when None)."""
     permanent: bool = False
 
 
@@ -55,7 +57,7 @@ async def handle_ping(msg: Ping, ctx: HandlerContext) -> None:
             index_elements=["tenant_id", "key"], set_={"count": effects.c["count"] + 1}
         )
     )
-    if msg.sleep:
+    if msg.sleep and (msg.sleep_on is None or ctx.attempt in msg.sleep_on):
         await asyncio.sleep(msg.sleep)
     if msg.permanent:
         raise PermanentError(f"ping {msg.key} can never succeed")

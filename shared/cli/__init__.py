@@ -1,0 +1,1 @@
+"""The `retrace` command line."""

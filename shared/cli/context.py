@@ -1,0 +1,87 @@
+"""What every CLI command needs: settings, URLs of a running deployment, a store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import click
+import msgspec
+
+from shared.config import ServiceConfig, load_config
+from shared.embedded import ensure_nats, ensure_postgres
+from shared.errors import ConfigError
+from shared.store import Store
+
+SERVICES: dict[str, int] = {
+    "rollout": 8101,
+    "contrast": 8102,
+    "synthesize": 8103,
+    "train": 8104,
+    "evaluator": 8105,
+    "router": 8080,
+}
+"""Every service and its default HTTP port."""
+
+
+class RunState(msgspec.Struct, kw_only=True):
+    """`<data_dir>/run/up.json`: what `retrace up` started, for `status` and `down`."""
+
+    pid: int
+    nats_url: str
+    database_url: str
+    schema: str
+    services: dict[str, int]
+    """name -> HTTP port"""
+    host: str = "127.0.0.1"
+
+
+def load_settings() -> ServiceConfig:
+    try:
+        return load_config(ServiceConfig, service="cli")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def state_path(cfg: ServiceConfig) -> Path:
+    return cfg.storage.data_path / "run" / "up.json"
+
+
+def read_state(cfg: ServiceConfig) -> RunState | None:
+    path = state_path(cfg)
+    if not path.exists():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RunState)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def write_state(cfg: ServiceConfig, state: RunState) -> None:
+    path = state_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(msgspec.to_builtins(state), indent=2))
+
+
+def urls(cfg: ServiceConfig, *, start: bool) -> tuple[str | None, str | None]:
+    """Configured URLs, else those of a running `retrace up`, else (if `start`) embedded ones."""
+    state = read_state(cfg)
+    nats_url = cfg.nats.url or (state.nats_url if state else None)
+    db_url = cfg.database.url or (state.database_url if state else None)
+    if start:
+        nats_url = nats_url or ensure_nats(cfg.storage.data_path)
+        db_url = db_url or ensure_postgres(cfg.storage.data_path)
+    return nats_url, db_url
+
+
+@asynccontextmanager
+async def open_store(cfg: ServiceConfig) -> AsyncIterator[Store]:
+    _, db_url = urls(cfg, start=True)
+    assert db_url is not None
+    store = Store.connect(cfg.database, db_url)
+    try:
+        yield store
+    finally:
+        await store.close()
