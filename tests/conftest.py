@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -72,10 +73,8 @@ async def nats_cfg(nats_url: str) -> AsyncIterator[NatsConfig]:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     for kind in ("EVENTS", "WORK", "DLQ"):
-        try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(f"{cfg.stream_prefix}_{kind}")
-        except nats.js.errors.NotFoundError:
-            pass
     await nc.close()
 
 

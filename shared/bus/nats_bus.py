@@ -14,7 +14,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 from shared import subjects
 from shared.config import ConsumerConfig as ConsumerSettings
 from shared.config import NatsConfig
-from shared.errors import RetryableError
+from shared.errors import RetraceError, RetryableError
 from shared.logging import get_logger
 from shared.messages import Contract, encode
 from shared.retry import RetryPolicy, with_retry
@@ -122,9 +122,14 @@ class NatsBus:
             max_ack_pending=max(settings.concurrency * 4, 16),
         )
         try:
+            # The server creates the consumer, or updates it in place when it exists.
             await self.js.add_consumer(stream, config)
-        except BadRequestError:
-            await self.js.update_consumer(stream, config)
+        except BadRequestError as exc:
+            # Never delete and recreate: a new consumer would replay the whole stream.
+            raise RetraceError(
+                f"consumer {durable} on {stream} exists with a config that cannot be changed in "
+                f"place ({exc.description}); delete it with `nats consumer rm {stream} {durable}`"
+            ) from exc
         return stream
 
     async def publish(self, tenant: str, message: Contract, *, msg_id: str) -> None:

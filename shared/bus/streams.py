@@ -32,20 +32,21 @@ def stream_configs(cfg: NatsConfig) -> list[StreamConfig]:
     by_kind: dict[str, list[str]] = {"events": [], "work": []}
     for contract in contracts():
         by_kind[contract.STREAM].append(contract_subject(cfg, contract))
-    common = {"storage": StorageType.FILE, "duplicate_window": cfg.duplicate_window}
     return [
         StreamConfig(
             name=stream_name(cfg, "events"),
             subjects=sorted(by_kind["events"]),
             retention=RetentionPolicy.LIMITS,
             max_age=cfg.max_age_days * DAY,
-            **common,
+            storage=StorageType.FILE,
+            duplicate_window=cfg.duplicate_window,
         ),
         StreamConfig(
             name=stream_name(cfg, "work"),
             subjects=sorted(by_kind["work"]),
             retention=RetentionPolicy.WORK_QUEUE,
-            **common,
+            storage=StorageType.FILE,
+            duplicate_window=cfg.duplicate_window,
         ),
         StreamConfig(
             name=stream_name(cfg, "dlq"),
@@ -53,6 +54,7 @@ def stream_configs(cfg: NatsConfig) -> list[StreamConfig]:
             retention=RetentionPolicy.LIMITS,
             discard=DiscardPolicy.OLD,
             max_age=30 * DAY,
-            **common,
+            storage=StorageType.FILE,
+            duplicate_window=cfg.duplicate_window,
         ),
     ]

@@ -337,3 +337,7 @@ def _redact(url: str) -> str:
 
 def main() -> None:
     cli(prog_name="retrace")
+
+
+if __name__ == "__main__":
+    main()

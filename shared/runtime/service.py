@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import nats
 from aiohttp import web
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from shared.bus import NatsBus
@@ -152,8 +153,8 @@ class Service:
         await runner.setup()
         site = web.TCPSite(runner, self.cfg.http.host, self.port, reuse_address=True)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-        self.bound_port = sockets[0].getsockname()[1] if sockets else self.port
+        addresses = runner.addresses
+        self.bound_port = int(addresses[0][1]) if addresses else self.port
         return runner
 
     async def _drain(self, pullers: list[asyncio.Task[None]]) -> None:
@@ -196,7 +197,7 @@ class Service:
                 task.add_done_callback(self._tasks.discard)
             self.metrics.in_flight.set(self._in_flight)
 
-    async def _run(self, delivery: Delivery, msg: nats.aio.msg.Msg) -> None:
+    async def _run(self, delivery: Delivery, msg: Msg) -> None:
         try:
             await delivery.process(msg)
         except asyncio.CancelledError:

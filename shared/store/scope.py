@@ -21,7 +21,9 @@ CROSS_TENANT_KEY = "cross_tenant"
 
 
 _SCOPED_TABLES = {
-    m.local_table.name for m in Base.registry.mappers if issubclass(m.class_, (TenantOwned, Tenant))
+    str(m.persist_selectable.name)  # type: ignore[attr-defined]
+    for m in Base.registry.mappers
+    if issubclass(m.class_, (TenantOwned, Tenant))
 }
 
 

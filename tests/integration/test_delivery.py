@@ -22,8 +22,8 @@ from tests.support.ping import Ping, create_effects, effect_counts, handle_ping
 pytestmark = pytest.mark.timeout(60)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while not await check():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
@@ -171,7 +171,7 @@ async def test_concurrency_is_bounded(client: NatsBus, store: Store, running: Se
         peak = max(peak, (await running.health()).in_flight)
         return len(await effect_counts(store.engine)) == limit * 3
 
-    await eventually(done, timeout=30)
+    await eventually(done, within=30)
     assert 1 < peak <= limit
 
 

@@ -61,7 +61,7 @@ class Proc:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        await eventually(self._healthy, timeout=30)
+        await eventually(self._healthy, within=30)
 
     async def _healthy(self) -> bool:
         assert self.proc is not None
@@ -77,9 +77,9 @@ class Proc:
         except aiohttp.ClientError:
             return False
 
-    async def wait(self, timeout: float) -> tuple[int, str]:
+    async def wait(self, limit_s: float) -> tuple[int, str]:
         assert self.proc is not None
-        out, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
+        out, _ = await asyncio.wait_for(self.proc.communicate(), limit_s)
         return self.proc.returncode or 0, out.decode()
 
 
@@ -121,7 +121,7 @@ async def test_sigkill_loses_nothing(
     async def all_done() -> bool:
         return await effect_counts(store.engine) == {"k0": 1, "k1": 1, "k2": 1}
 
-    await eventually(all_done, timeout=30)
+    await eventually(all_done, within=30)
     assert second.proc is not None
     second.proc.send_signal(signal.SIGTERM)
     code, out = await second.wait(20)
@@ -164,7 +164,7 @@ async def test_sigterm_past_grace_hands_work_back(
     # The nak makes it available at once: a new instance finishes it well before ack_wait.
     replacement = Proc(service_cfg, grace=5)
     await replacement.start()
-    await eventually(lambda: _count(store, "long"), timeout=20)
+    await eventually(lambda: _count(store, "long"), within=20)
     assert replacement.proc is not None
     replacement.proc.send_signal(signal.SIGTERM)
     assert (await replacement.wait(20))[0] == 0

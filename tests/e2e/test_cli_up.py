@@ -1,0 +1,143 @@
+"""The real CLI on the embedded defaults: `retrace up` starts all six services, `retrace status`
+reports them healthy, and the control-plane commands work against them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.cli.context import SERVICES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+_SCRIPT = Path(sys.executable).parent / "retrace"
+RETRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shared.cli.main"]
+"""The installed console script, as a user runs it."""
+
+
+def _ports_free(offset: int) -> bool:
+    for port in SERVICES.values():
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port + offset)) == 0:
+                return False
+    return True
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RETRACE_")}
+    clean["RETRACE_STORAGE_DATA_DIR"] = str(tmp_path / "data")
+    yield clean
+    subprocess.run([*RETRACE, "down"], env=clean, capture_output=True, timeout=60, check=False)
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RETRACE, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) -> None:
+    offset = next(
+        o for o in (random.randrange(20_000, 40_000) for _ in range(50)) if _ports_free(o)
+    )
+    up = subprocess.Popen(
+        [*RETRACE, "up", "--port-offset", str(offset)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        report: dict = {}
+        while time.monotonic() < deadline:
+            assert up.poll() is None, up.stdout.read() if up.stdout else ""
+            result = cli(env, "status", "--json")
+            if result.stdout.strip():
+                report = json.loads(result.stdout)
+                if result.returncode == 0:
+                    break
+            time.sleep(1)
+        else:
+            pytest.fail(f"services never became healthy: {report}")
+        assert report["running"] is True
+        assert {s["name"]: s["status"] for s in report["services"]} == dict.fromkeys(SERVICES, "ok")
+        assert {s["name"]: s["port"] for s in report["services"]} == {
+            n: p + offset for n, p in SERVICES.items()
+        }
+        assert report["dead_letters"] == 0 and report["errors"] == []
+
+        human = cli(env, "status")
+        assert human.returncode == 0 and "router" in human.stdout
+
+        created = cli(env, "tenant", "create", "acme", "--name", "Acme")
+        assert created.returncode == 0, created.stderr
+        assert "API key (shown once): rt_acme_" in created.stdout
+        prompt = tmp_path / "prompt.txt"
+        prompt.write_text("You are a helpful assistant.")
+        made = cli(
+            env,
+            "agent",
+            "create",
+            "support-bot",
+            "--tenant",
+            "acme",
+            "--model",
+            "smollm2",
+            "--env",
+            "toolbox",
+            "--prompt",
+            str(prompt),
+        )
+        assert made.returncode == 0, made.stderr
+        listed = cli(env, "agent", "list", "--tenant", "acme")
+        assert "support-bot" in listed.stdout
+        other = cli(env, "agent", "list", "--tenant", "default")
+        assert "support-bot" not in other.stdout
+
+        # Bad input: one clear line, a non-zero exit, no traceback.
+        for args, needle in [
+            (("tenant", "create", "Bad_Tenant"), "invalid tenant id"),
+            (("tenant", "create", "acme"), "already exists"),
+            (
+                ("agent", "create", "Bad Name", "--tenant", "acme", "--model", "m", "--env", "e"),
+                "invalid agent name",
+            ),
+            (
+                (
+                    "agent",
+                    "create",
+                    "support-bot",
+                    "--tenant",
+                    "acme",
+                    "--model",
+                    "m",
+                    "--env",
+                    "e",
+                ),
+                "already exists",
+            ),
+        ]:
+            bad = cli(env, *args)
+            assert bad.returncode == 1 and needle in bad.stderr, (args, bad.stderr)
+            assert "Traceback" not in bad.stderr
+
+        second = cli(env, "up", "--port-offset", str(offset))
+        assert second.returncode != 0 and "already running" in second.stderr
+    finally:
+        up.send_signal(signal.SIGTERM)
+        out, _ = up.communicate(timeout=90)
+    assert up.returncode == 0, out[-3000:]
+    after = cli(env, "status", "--json")
+    assert after.returncode == 1
+    assert json.loads(after.stdout)["running"] is False
