@@ -84,7 +84,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     RETRACE_HTTP_HOST=0.0.0.0 \
     RETRACE_LOG_FORMAT=json \
-    RETRACE_ARTIFACT_DIR=/var/lib/retrace/artifacts
+    RETRACE_STORAGE_ARTIFACT_DIR=/var/lib/retrace/artifacts
 
 USER retrace
 # Not the source tree: `python -m services.<name>` must import the installed package.

@@ -44,6 +44,8 @@ async def with_retry(policy: RetryPolicy, call: Callable[[], Awaitable[T]]) -> T
     for attempt in range(1, policy.attempts + 1):
         try:
             return await asyncio.wait_for(call(), policy.timeout)
+        except asyncio.CancelledError:
+            raise  # the caller is stopping; never retried, however broad `retry_on` is
         except policy.retry_on as exc:
             if attempt == policy.attempts:
                 raise

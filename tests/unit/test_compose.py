@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 import yaml
+
+from shared.config import ServiceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -300,8 +303,18 @@ def test_http_ports_and_environment(services: dict[str, dict[str, Any]]) -> None
         assert env.get("RETRACE_DATABASE_URL", "").startswith("postgresql+asyncpg://"), name
         assert "@postgres:5432/" in (env.get("RETRACE_DATABASE_URL") or ""), name
         assert env.get("RETRACE_LOG_FORMAT") == "json", name
-        assert env.get("RETRACE_ARTIFACT_DIR") == ARTIFACT_DIR, name
-        assert env.get("RETRACE_MODEL_URL"), name
+        assert env.get("RETRACE_STORAGE_ARTIFACT_DIR") == ARTIFACT_DIR, name
+
+
+def test_every_retrace_variable_is_a_real_setting(services: dict[str, dict[str, Any]]) -> None:
+    """A misspelt or retired variable would be ignored silently by the services."""
+    known = set()
+    for block in msgspec.structs.fields(ServiceConfig):
+        for field in msgspec.structs.fields(block.type):
+            known.add(f"RETRACE_{block.name}_{field.name}".upper())
+    for name, svc in services.items():
+        unknown = {k for k in _env(svc) if k.startswith("RETRACE_")} - known
+        assert not unknown, f"{name} sets variables no service reads: {sorted(unknown)}"
 
 
 def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:

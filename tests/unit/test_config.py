@@ -150,14 +150,11 @@ def test_unrelated_variables_are_ignored() -> None:
         "RETRACE_OTHER_THRESHOLD": "x",
         "RETRACE_SCORER_CONCURRENCY": "x",
         "CONSUMER_CONCURRENCY": "x",
+        "RETRACE_SCORER_MODEL": "m",
     }
-    assert load_config(ScorerConfig, service="scorer", env={**env, "RETRACE_SCORER_MODEL": "m"}) == (
-        ScorerConfig(model="m")
-    )
+    assert load_config(ScorerConfig, service="scorer", env=env) == ScorerConfig(model="m")
     # A service's variables mean nothing to a config without that field.
-    assert load_config(ServiceConfig, service="scorer", env={"RETRACE_SCORER_MODEL": "m"}) == (
-        ServiceConfig()
-    )
+    assert load_config(ServiceConfig, service="scorer", env=env) == ServiceConfig()
 
 
 # -- bad values ------------------------------------------------------------------------------
@@ -218,8 +215,9 @@ def test_every_bad_value_is_reported_at_once() -> None:
         "RETRACE_LOG_LEVEL": "loud",
         "RETRACE_SCORER_THRESHOLD": "x",
     }
-    assert_rejected({**bad, "RETRACE_CONSUMER_ACK_WAIT": "3"}, *bad, "RETRACE_SCORER_MODEL",
-                    cls=ScorerConfig)
+    assert_rejected(
+        {**bad, "RETRACE_CONSUMER_ACK_WAIT": "3"}, *bad, "RETRACE_SCORER_MODEL", cls=ScorerConfig
+    )
 
 
 # -- properties ------------------------------------------------------------------------------
