@@ -88,6 +88,16 @@ class DatabaseConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Server-side limit for one statement (Postgres would read 0 as "no limit")."""
 
 
+class ModelConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """The OpenAI-compatible inference endpoint (`retrace serve-model`, vLLM, or hosted)."""
+
+    url: str = "http://127.0.0.1:8000/v1"
+    api_key: str = "EMPTY"
+    """Sent as a bearer token; local servers ignore it."""
+    request_timeout: Seconds = 300.0
+    """Seconds for one completion (generation on a busy CPU server is slow)."""
+
+
 class HttpConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Where a service serves `/healthz`, `/metrics` and its own endpoints."""
 
@@ -134,6 +144,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, frozen=True):
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
+    model: ModelConfig = msgspec.field(default_factory=ModelConfig)
 
 
 C = TypeVar("C", bound=msgspec.Struct)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+
 from shared.config import ServiceConfig
 
 DEFAULT_PORT = 8101
 
 
 class RolloutConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the rollout service has no settings of its own yet."""
+    episodes_at_once: Annotated[int, msgspec.Meta(ge=1)] = 8
+    """Episodes of one request run concurrently against the inference endpoint."""
+    max_turns: Annotated[int, msgspec.Meta(ge=1)] = 12
+    """Assistant turns before an episode is stopped and scored as it stands."""

@@ -2,8 +2,184 @@
 
 from __future__ import annotations
 
-from shared.bus.delivery import Handler
-from shared.messages import Contract
+import asyncio
+import uuid
 
-HANDLERS: dict[type[Contract], Handler] = {}
-"""Contract -> handler; the service creates one durable consumer per entry."""
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+
+from services.rollout.config import RolloutConfig
+from services.rollout.tasks import import_tasks, select_tasks
+from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.protocol import TaskSpec
+from shared.envs.registry import get_environment
+from shared.envs.runner import EpisodeResult, run_episode
+from shared.errors import PermanentError
+from shared.llm.client import LLMClient
+from shared.logging import get_logger
+from shared.messages import Contract, RolloutCompleted, RolloutRequested, Sampling
+from shared.store.models import Agent, Trajectory
+
+log = get_logger(__name__)
+MAX_TRIALS = 64
+
+
+class RolloutHandlers:
+    """Runs the episodes a RolloutRequested names; each trajectory commits on its own, so a
+    restart resumes where the last instance stopped and never stores an episode twice."""
+
+    def __init__(self, cfg: RolloutConfig, client: LLMClient) -> None:
+        self.cfg = cfg
+        self.client = client
+
+    def table(self) -> dict[type[Contract], Handler]:
+        return {RolloutRequested: self.rollout_requested}
+
+    async def rollout_requested(self, msg: RolloutRequested, ctx: HandlerContext) -> None:
+        if not 1 <= msg.trials <= MAX_TRIALS:
+            raise PermanentError(f"trials must be between 1 and {MAX_TRIALS}, got {msg.trials}")
+        agent = await ctx.session.get(Agent, msg.agent_id)
+        if agent is None:
+            raise PermanentError(f"no agent {msg.agent_id} for tenant {ctx.tenant}")
+        env = get_environment(msg.environment)
+        tasks = select_tasks(env, msg.split, msg.task_ids)
+        if not tasks:
+            raise PermanentError(f"{msg.environment} has no tasks for split {msg.split!r}")
+        env_id, task_rows = await import_tasks(ctx.store, ctx.tenant, env)
+        done = await self._stored(ctx, msg.request_id)
+        todo = [
+            (t, trial)
+            for t in tasks
+            for trial in range(msg.trials)
+            if (task_rows[t.id], trial) not in done
+        ]
+        log.info(
+            "rollout started",
+            request=str(msg.request_id),
+            env=env.name,
+            episodes=len(tasks) * msg.trials,
+            already_stored=len(tasks) * msg.trials - len(todo),
+        )
+        model = msg.adapter or agent.model
+        gate = asyncio.Semaphore(self.cfg.episodes_at_once)
+
+        async def one(task: TaskSpec, trial: int) -> None:
+            async with gate:
+                result = await run_episode(
+                    self.client,
+                    model,
+                    env,
+                    task,
+                    seed=_seed(task),
+                    agent_prompt=agent.system_prompt,
+                    sampling=_sampling(msg.sampling, trial),
+                    max_turns=self.cfg.max_turns,
+                )
+            await self._store(ctx, msg, agent.id, env_id, task_rows[task.id], trial, model, result)
+
+        await asyncio.gather(*(one(t, trial) for t, trial in todo))
+        count, successes, mean = await self._summary(ctx, msg.request_id)
+        ctx.emit(
+            RolloutCompleted(
+                request_id=msg.request_id,
+                agent_id=msg.agent_id,
+                trajectories=count,
+                successes=successes,
+                mean_reward=mean,
+                cycle_id=msg.cycle_id,
+                purpose=msg.purpose,
+            )
+        )
+        log.info(
+            "rollout completed",
+            request=str(msg.request_id),
+            trajectories=count,
+            successes=successes,
+        )
+
+    async def _stored(
+        self, ctx: HandlerContext, request_id: uuid.UUID
+    ) -> set[tuple[uuid.UUID, int]]:
+        async with ctx.store.tenant(ctx.tenant) as session:
+            rows = await session.execute(
+                select(Trajectory.task_id, Trajectory.trial).where(
+                    Trajectory.request_id == request_id
+                )
+            )
+            return {(task_id, trial) for task_id, trial in rows if task_id is not None}
+
+    async def _store(
+        self,
+        ctx: HandlerContext,
+        msg: RolloutRequested,
+        agent_id: uuid.UUID,
+        env_id: uuid.UUID,
+        task_id: uuid.UUID,
+        trial: int,
+        model: str,
+        result: EpisodeResult,
+    ) -> None:
+        breakdown = dict(result.score.breakdown)
+        extra = {
+            "notes": result.score.notes,
+            "turns": result.turns,
+            "error": result.error,
+            "calls": result.calls,
+            "purpose": msg.purpose,
+        }
+        async with ctx.store.tenant(ctx.tenant) as session:
+            await session.execute(
+                insert(Trajectory)
+                .values(
+                    id=uuid.uuid4(),
+                    tenant_id=ctx.tenant,
+                    agent_id=agent_id,
+                    request_id=msg.request_id,
+                    cycle_id=msg.cycle_id,
+                    task_id=task_id,
+                    environment_id=env_id,
+                    trial=trial,
+                    source="calibration" if msg.purpose == "calibrate" else "rollout",
+                    model=model,
+                    messages=result.messages,
+                    reward=result.score.reward,
+                    reward_breakdown={"checks": breakdown, **extra},
+                    success=result.score.success,
+                    tokens=result.tokens,
+                    latency_ms=result.latency_ms,
+                )
+                .on_conflict_do_nothing(
+                    index_elements=["tenant_id", "request_id", "task_id", "trial"]
+                )
+            )
+
+    async def _summary(self, ctx: HandlerContext, request_id: uuid.UUID) -> tuple[int, int, float]:
+        async with ctx.store.tenant(ctx.tenant) as session:
+            row = (
+                await session.execute(
+                    select(
+                        func.count(),
+                        func.count().filter(Trajectory.success.is_(True)),
+                        func.coalesce(func.avg(Trajectory.reward), 0.0),
+                    ).where(Trajectory.request_id == request_id)
+                )
+            ).one()
+        return int(row[0]), int(row[1]), float(row[2])
+
+
+def _seed(task: TaskSpec) -> int:
+    """The environment's seed: fixed per task, so every trial of a task sees the same world."""
+    seed = task.data.get("seed", 0)
+    return seed if isinstance(seed, int) else 0
+
+
+def _sampling(sampling: Sampling, trial: int) -> Sampling:
+    """Trials of one task differ in their sampling seed (when one is set)."""
+    if sampling.seed is None:
+        return sampling
+    return Sampling(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        seed=sampling.seed + 7919 * trial,
+    )

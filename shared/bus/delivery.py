@@ -49,6 +49,9 @@ class HandlerContext:
     """1 on first delivery."""
     heartbeat: Callable[[], Awaitable[None]]
     """Tell JetStream the message is still being worked on (also sent automatically)."""
+    store: Store
+    """For work that must commit on its own, before the handler ends (long handlers'
+    progress); such writes must be idempotent themselves."""
     outbox: list[dict[str, Any]] = field(default_factory=list)
 
     def emit(self, message: Contract, *, key: str | None = None) -> None:
@@ -168,7 +171,9 @@ class Delivery:
                 if claimed.first() is None:
                     done = await session.get(ProcessedMessage, (self.consumer, msg_id))
                     return (list(done.outbox) if done else []), True
-                ctx = HandlerContext(tenant, session, msg.subject, msg_id, attempt, msg.in_progress)
+                ctx = HandlerContext(
+                    tenant, session, msg.subject, msg_id, attempt, msg.in_progress, self.store
+                )
                 await self.handler(message, ctx)
                 if ctx.outbox:
                     await session.execute(

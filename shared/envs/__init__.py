@@ -1,0 +1,1 @@
+"""Environments: one protocol (protocol.py), built-in targets (toolbox, helpdesk), a registry."""

@@ -1,0 +1,99 @@
+"""Running one episode: an agent (model + system prompt) against an environment, turn by turn,
+through the OpenAI-compatible client. A failed model call or a broken environment ends the
+episode with the error recorded; the episode is still scored and kept (a bad rollout is data)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from shared.envs.protocol import Environment, Message, Score, TaskSpec
+from shared.errors import PermanentError
+from shared.llm.client import LLMClient, LLMError, as_message
+from shared.llm.openai_types import ChatRequest
+from shared.logging import get_logger
+from shared.messages import Sampling
+
+log = get_logger(__name__)
+DEFAULT_MAX_TURNS = 12
+DEFAULT_SAMPLING = Sampling()
+
+
+@dataclass
+class EpisodeResult:
+    messages: list[dict[str, Any]]
+    """The whole conversation, system prompt first; assistant turns may carry
+    `tool_call_errors` (calls the model wrote that could not be parsed)."""
+    score: Score
+    tokens: int = 0
+    latency_ms: float = 0.0
+    turns: int = 0
+    error: str | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """Each tool call: name, arguments, ok, error."""
+
+
+async def run_episode(
+    client: LLMClient,
+    model: str,
+    env: Environment,
+    task: TaskSpec,
+    seed: int,
+    *,
+    agent_prompt: str = "",
+    sampling: Sampling = DEFAULT_SAMPLING,
+    max_turns: int = DEFAULT_MAX_TURNS,
+) -> EpisodeResult:
+    episode = env.reset(task, seed)
+    system = "\n\n".join(p for p in (agent_prompt.strip(), episode.system_prompt.strip()) if p)
+    history: list[Message] = [Message(role="system", content=system), *episode.messages]
+    record: list[dict[str, Any]] = [msgspec.to_builtins(m) for m in history]
+    started = time.perf_counter()
+    tokens = turns = 0
+    error: str | None = None
+    for turn in range(max_turns):
+        request = ChatRequest(
+            model=model,
+            messages=history,
+            tools=episode.tools or None,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=None if sampling.seed is None else sampling.seed + turn,
+        )
+        try:
+            response = await client.chat(request)
+        except (LLMError, PermanentError, OSError, TimeoutError) as exc:
+            error = f"model call failed on turn {turn + 1}: {exc}"
+            log.warning("episode ended by a model error", task=task.id, error=str(exc))
+            break
+        tokens += response.usage.completion_tokens
+        turns += 1
+        reply = response.choices[0].message
+        assistant = as_message(reply)
+        history.append(assistant)
+        entry = msgspec.to_builtins(assistant)
+        if reply.tool_call_errors:
+            entry["tool_call_errors"] = list(reply.tool_call_errors)
+        record.append(entry)
+        try:
+            result = episode.step(assistant)
+        except Exception as exc:
+            error = f"environment failed on turn {turn + 1}: {exc!r}"
+            log.exception("environment step failed", task=task.id)
+            break
+        history.extend(result.messages)
+        record.extend(msgspec.to_builtins(m) for m in result.messages)
+        if result.done:
+            break
+    score = episode.score()
+    calls = [
+        {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
+        for c in getattr(episode, "calls", [])
+    ]
+    return EpisodeResult(
+        record, score, tokens, (time.perf_counter() - started) * 1000, turns, error, calls
+    )

@@ -1,0 +1,1 @@
+"""Talking to models: OpenAI wire types, the tool-call format, the client."""

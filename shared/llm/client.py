@@ -1,0 +1,158 @@
+"""The one client for every model call: async, OpenAI-compatible, with timeouts and a named
+retry policy. Works the same against `retrace serve-model`, vLLM and hosted endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import msgspec
+
+from shared.envs.protocol import Message, ToolCall, ToolCallFunction
+from shared.errors import PermanentError, RetryableError
+from shared.llm.openai_types import ChatRequest, ChatResponse, Choice, ResponseMessage
+from shared.llm.tool_format import OPEN, parse_reply
+from shared.retry import RetryPolicy, with_retry
+
+
+class LLMError(RetryableError):
+    """The endpoint failed in a way a later attempt may not (5xx, timeout, connection)."""
+
+
+class LLMRequestError(PermanentError):
+    """The endpoint rejected the request (4xx): retrying the same request cannot help."""
+
+
+CHAT_RETRY = RetryPolicy(
+    "llm-chat",
+    attempts=4,
+    base_delay=0.5,
+    max_delay=8.0,
+    timeout=300.0,
+    retry_on=(LLMError, aiohttp.ClientConnectionError, asyncio.TimeoutError),
+)
+"""Generation on a loaded CPU server can take minutes; a dead endpoint fails in about 15 s."""
+ADMIN_RETRY = RetryPolicy(
+    "llm-admin",
+    attempts=3,
+    base_delay=0.5,
+    max_delay=4.0,
+    timeout=120.0,
+    retry_on=(LLMError, aiohttp.ClientConnectionError, asyncio.TimeoutError),
+)
+
+
+class LLMClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str = "EMPTY",
+        chat_retry: RetryPolicy = CHAT_RETRY,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self.chat_retry = chat_retry
+        self._session = session
+        self._owned = session is None
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+            self._owned = True
+        return self._session
+
+    async def close(self) -> None:
+        if self._owned and self._session is not None:
+            await self._session.close()
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        """One chat completion; tool calls a backend left in the text are parsed (never guessed)."""
+        body = msgspec.json.encode(msgspec.structs.replace(request, stream=False))
+        raw = await with_retry(self.chat_retry, lambda: self._post("/chat/completions", body))
+        try:
+            response = msgspec.json.decode(raw, type=ChatResponse)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise LLMError(f"unreadable chat response: {exc}") from exc
+        return _normalise(response, bool(request.tools))
+
+    async def models(self) -> list[str]:
+        raw = await with_retry(ADMIN_RETRY, lambda: self._request("GET", "/models", None))
+        return [card["id"] for card in msgspec.json.decode(raw)["data"]]
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        body = msgspec.json.encode({"lora_name": name, "lora_path": path})
+        await with_retry(ADMIN_RETRY, lambda: self._post("/load_lora_adapter", body))
+
+    async def unload_adapter(self, name: str) -> None:
+        body = msgspec.json.encode({"lora_name": name})
+        await with_retry(ADMIN_RETRY, lambda: self._post("/unload_lora_adapter", body))
+
+    async def _post(self, path: str, body: bytes) -> bytes:
+        return await self._request("POST", path, body)
+
+    async def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+        async with self._http().request(
+            method, self.base_url + path, data=body, headers=self.headers
+        ) as resp:
+            data = await resp.read()
+            if resp.status >= 500 or resp.status == 429:
+                raise LLMError(f"{method} {path}: HTTP {resp.status}: {_error_text(data)}")
+            if resp.status >= 400:
+                raise LLMRequestError(f"{method} {path}: HTTP {resp.status}: {_error_text(data)}")
+            return data
+
+
+def _error_text(data: bytes) -> str:
+    try:
+        return str(msgspec.json.decode(data)["error"]["message"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return data[:500].decode("utf-8", errors="replace")
+
+
+def _normalise(response: ChatResponse, tools: bool) -> ChatResponse:
+    """Backends without a tool parser (or with one that gave up) return `<tool_call>` text."""
+    if not tools:
+        return response
+    choices = []
+    for choice in response.choices:
+        msg = choice.message
+        if msg.tool_calls or not msg.content or OPEN not in msg.content:
+            choices.append(choice)
+            continue
+        parsed = parse_reply(msg.content)
+        calls = [
+            ToolCall(
+                id=f"call_{choice.index}_{i}",
+                function=ToolCallFunction(name=c.name, arguments=c.arguments),
+            )
+            for i, c in enumerate(parsed.calls)
+        ]
+        message = ResponseMessage(
+            content=parsed.content,
+            tool_calls=calls or None,
+            tool_call_errors=[f"{m.error}: {m.raw[:500]}" for m in parsed.malformed] or None,
+        )
+        choices.append(
+            Choice(
+                index=choice.index,
+                message=message,
+                finish_reason="tool_calls" if calls else choice.finish_reason,
+                logprobs=choice.logprobs,
+            )
+        )
+    return msgspec.structs.replace(response, choices=choices)
+
+
+def as_message(message: ResponseMessage) -> Message:
+    """The assistant message to append to a conversation."""
+    return Message(role="assistant", content=message.content, tool_calls=message.tool_calls)

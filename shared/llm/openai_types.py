@@ -1,0 +1,118 @@
+"""The OpenAI-compatible chat API as msgspec Structs, shared by our server and our client.
+
+Only what retrace uses is typed; unknown request fields are ignored, as vLLM does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from shared.envs.protocol import Message, ToolCall
+
+
+class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True):
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """POST /v1/chat/completions body."""
+
+    model: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    """auto | none | required | {"type": "function", "function": {"name": ...}}"""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    stream: bool = False
+    response_format: ResponseFormat | None = None
+
+
+class TopLogprob(msgspec.Struct, kw_only=True, frozen=True):
+    token: str
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, kw_only=True, frozen=True):
+    token: str
+    logprob: float
+    top_logprobs: list[TopLogprob] = msgspec.field(default_factory=list)
+
+
+class ChoiceLogprobs(msgspec.Struct, kw_only=True, frozen=True):
+    content: list[TokenLogprob]
+
+
+class ResponseMessage(msgspec.Struct, kw_only=True, frozen=True):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_errors: list[str] | None = None
+    """retrace extension: tool calls the model wrote but that could not be parsed, with why."""
+
+
+class Choice(msgspec.Struct, kw_only=True, frozen=True):
+    index: int
+    message: ResponseMessage
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    logprobs: ChoiceLogprobs | None = None
+
+
+class Usage(msgspec.Struct, kw_only=True, frozen=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatResponse(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    object: Literal["chat.completion"] = "chat.completion"
+
+
+class LoadAdapterRequest(msgspec.Struct, kw_only=True, frozen=True):
+    """POST /v1/load_lora_adapter (vLLM's shape)."""
+
+    lora_name: str
+    lora_path: str
+
+
+class UnloadAdapterRequest(msgspec.Struct, kw_only=True, frozen=True):
+    lora_name: str
+
+
+class ModelCard(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    created: int
+    owned_by: str = "retrace"
+    root: str | None = None
+    parent: str | None = None
+    object: Literal["model"] = "model"
+
+
+class ModelList(msgspec.Struct, kw_only=True, frozen=True):
+    data: list[ModelCard]
+    object: Literal["list"] = "list"
+
+
+class ErrorBody(msgspec.Struct, kw_only=True, frozen=True):
+    message: str
+    type: str
+    code: int
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True, frozen=True):
+    error: ErrorBody

@@ -1,0 +1,352 @@
+"""HTTP routes of `retrace serve-model`: the OpenAI chat API, model listing, and vLLM's runtime
+LoRA endpoints. Every request is validated; a bad one gets a 4xx with an OpenAI error body."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+
+from shared.envs.protocol import ToolCall, ToolCallFunction
+from shared.llm.openai_types import (
+    ChatRequest,
+    ChatResponse,
+    Choice,
+    ChoiceLogprobs,
+    ErrorBody,
+    ErrorResponse,
+    LoadAdapterRequest,
+    ModelCard,
+    ModelList,
+    ResponseMessage,
+    TokenLogprob,
+    TopLogprob,
+    UnloadAdapterRequest,
+    Usage,
+)
+from shared.llm.tool_format import parse_reply
+from shared.logging import get_logger
+from shared.serving.engine import Delta, Engine, Output
+from shared.serving.prompts import PromptBuilder
+from shared.serving.sampling import SamplingParams
+
+log = get_logger(__name__)
+MAX_N = 16
+DEFAULT_MAX_TOKENS = 512
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _error(status: int, message: str, kind: str) -> web.Response:
+    body = ErrorResponse(error=ErrorBody(message=message, type=kind, code=status))
+    return web.Response(
+        status=status, body=msgspec.json.encode(body), content_type="application/json"
+    )
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error(exc.status, exc.message, exc.kind)
+
+
+class ModelServer:
+    def __init__(
+        self, engine: Engine, prompts: PromptBuilder, served_name: str, max_context: int
+    ) -> None:
+        self.engine = engine
+        self.prompts = prompts
+        self.served_name = served_name
+        self.max_context = max_context
+        self.created = int(time.time())
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "retrace_model_requests_total",
+            "Chat requests",
+            ["model", "status"],
+            registry=self.registry,
+        )
+        self.tokens = Gauge(
+            "retrace_model_generated_tokens", "Tokens generated since start", registry=self.registry
+        )
+        self.batches = Gauge(
+            "retrace_model_batches", "Batches run since start", registry=self.registry
+        )
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[errors], client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/load_lora_adapter", self.load_adapter)
+        app.router.add_post("/v1/unload_lora_adapter", self.unload_adapter)
+        app.router.add_get("/healthz", self.health)
+        app.router.add_get("/health", self.health)  # vLLM's path
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    # -- chat -------------------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            req = msgspec.json.decode(body, type=ChatRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ApiError(400, f"invalid request: {exc}") from exc
+        adapter = self._adapter_for(req.model)
+        params = self._params(req)
+        prompt_ids, prefix = self.prompts.build(req)
+        if len(prompt_ids) + params.max_tokens > self.max_context:
+            raise ApiError(
+                400,
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
+                f"exceeds the context window of {self.max_context}",
+            )
+        if req.stream:
+            return await self._stream(request, req, prompt_ids, prefix, params, adapter)
+        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
+        self._count(req.model, "ok")
+        response = ChatResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=req.model,
+            choices=[
+                self._choice(i, o, prefix, bool(req.tools) and req.tool_choice != "none")
+                for i, o in enumerate(outputs)
+            ],
+            usage=Usage(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=sum(len(o.token_ids) for o in outputs),
+                total_tokens=len(prompt_ids) + sum(len(o.token_ids) for o in outputs),
+            ),
+        )
+        return web.Response(body=msgspec.json.encode(response), content_type="application/json")
+
+    def _adapter_for(self, model: str) -> str | None:
+        if model == self.served_name:
+            return None
+        if model in self.engine.adapters:
+            return model
+        raise ApiError(
+            404,
+            f"model {model!r} not found; available: "
+            f"{', '.join([self.served_name, *self.engine.adapters])}",
+            "not_found_error",
+        )
+
+    def _params(self, req: ChatRequest) -> SamplingParams:
+        if not req.messages:
+            raise ApiError(400, "messages must not be empty")
+        if not 1 <= req.n <= MAX_N:
+            raise ApiError(400, f"n must be between 1 and {MAX_N}")
+        if req.temperature < 0 or req.temperature > 5:
+            raise ApiError(400, "temperature must be between 0 and 5")
+        if not 0 < req.top_p <= 1:
+            raise ApiError(400, "top_p must be in (0, 1]")
+        max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
+        if max_tokens < 1:
+            raise ApiError(400, "max_tokens must be at least 1")
+        top = req.top_logprobs or 0
+        if not 0 <= top <= 20:
+            raise ApiError(400, "top_logprobs must be between 0 and 20")
+        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+        return SamplingParams(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            max_tokens=max_tokens,
+            seed=req.seed,
+            stop=stop,
+            logprobs=req.logprobs or bool(top),
+            top_logprobs=top,
+        )
+
+    def _choice(self, index: int, out: Output, prefix: str, tools: bool) -> Choice:
+        text = prefix + out.text
+        message, finish = _message(text, tools)
+        logprobs = None
+        if out.logprobs:
+            logprobs = ChoiceLogprobs(
+                content=[
+                    TokenLogprob(
+                        token=t.token,
+                        logprob=t.logprob,
+                        top_logprobs=[TopLogprob(token=a, logprob=b) for a, b in t.top],
+                    )
+                    for t in out.logprobs
+                ]
+            )
+        reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
+        return Choice(index=index, message=message, finish_reason=reason, logprobs=logprobs)  # type: ignore[arg-type]
+
+    async def _stream(
+        self,
+        http: web.Request,
+        req: ChatRequest,
+        prompt_ids: list[int],
+        prefix: str,
+        params: SamplingParams,
+        adapter: str | None,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(http)
+        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        tools = bool(req.tools) and req.tool_choice != "none"
+        held: dict[int, str] = {}
+        """Per choice: text held back because it may be the start of a tool call."""
+        chunks: list[bytes] = []
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+            payload = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+            }
+            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        def on_delta(d: Delta) -> None:
+            index, text = d
+            if tools:
+                held[index] = held.get(index, prefix) + text
+                return  # tool calls are sent whole at the end
+            chunks.append(chunk(index, {"content": text}))
+
+        for i in range(req.n):
+            chunks.append(chunk(i, {"role": "assistant", "content": prefix}))
+        job = asyncio.ensure_future(
+            self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
+        )
+        while not job.done() or chunks:
+            while chunks:
+                await response.write(chunks.pop(0))
+            if not job.done():
+                await asyncio.wait([job], timeout=0.02)
+        outputs = job.result()
+        for i, out in enumerate(outputs):
+            message, finish = _message(prefix + out.text, tools)
+            delta: dict[str, Any] = {}
+            if tools:
+                delta = msgspec.to_builtins(message)
+                delta.pop("role", None)
+            reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
+            await response.write(chunk(i, delta, reason))
+        await response.write(b"data: [DONE]\n\n")
+        self._count(req.model, "ok")
+        return response
+
+    def _count(self, model: str, status: str) -> None:
+        self.requests.labels(model, status).inc()
+
+    # -- models and adapters ---------------------------------------------------------------------
+    async def models(self, _: web.Request) -> web.Response:
+        cards = [ModelCard(id=self.served_name, created=self.created, root=self.served_name)]
+        cards += [
+            ModelCard(id=name, created=self.created, root=path, parent=self.served_name)
+            for name, path in self.engine.adapters.items()
+        ]
+        return web.Response(
+            body=msgspec.json.encode(ModelList(data=cards)), content_type="application/json"
+        )
+
+    async def load_adapter(self, request: web.Request) -> web.Response:
+        try:
+            req = msgspec.json.decode(await request.read(), type=LoadAdapterRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ApiError(400, f"invalid request: {exc}") from exc
+        if req.lora_name == self.served_name:
+            raise ApiError(400, "an adapter cannot take the base model's name")
+        if req.lora_name in self.engine.adapters:
+            raise ApiError(400, f"adapter {req.lora_name!r} is already loaded")
+        path = Path(req.lora_path)
+        if not (path / "adapter_config.json").exists():
+            raise ApiError(400, f"no PEFT adapter at {path} (adapter_config.json missing)")
+        try:
+            await self.engine.run_on_engine(lambda: self._load(req.lora_name, str(path)))
+        except (ValueError, OSError, KeyError, RuntimeError) as exc:
+            raise ApiError(400, f"cannot load adapter {req.lora_name!r}: {exc}") from exc
+        log.info("adapter loaded", name=req.lora_name, path=str(path))
+        return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    def _load(self, name: str, path: str) -> None:
+        from peft import PeftModel
+
+        if not hasattr(self.engine.model, "peft_config"):
+            self.engine.model = PeftModel.from_pretrained(
+                self.engine.model, path, adapter_name=name
+            )
+        else:
+            self.engine.model.load_adapter(path, adapter_name=name)
+        self.engine.model.eval()
+        self.engine.adapters[name] = path
+
+    async def unload_adapter(self, request: web.Request) -> web.Response:
+        try:
+            req = msgspec.json.decode(await request.read(), type=UnloadAdapterRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ApiError(400, f"invalid request: {exc}") from exc
+        if req.lora_name not in self.engine.adapters:
+            raise ApiError(404, f"adapter {req.lora_name!r} is not loaded", "not_found_error")
+        await self.engine.run_on_engine(lambda: self._unload(req.lora_name))
+        log.info("adapter unloaded", name=req.lora_name)
+        return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
+
+    def _unload(self, name: str) -> None:
+        remaining = [a for a in self.engine.adapters if a != name]
+        if remaining:
+            self.engine.model.delete_adapter(name)
+            self.engine.model.set_adapter(remaining[0])
+        else:
+            # The last adapter: strip the LoRA layers and serve the plain base model again.
+            self.engine.model = self.engine.model.unload()
+        del self.engine.adapters[name]
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": "ok", "model": self.served_name, "adapters": sorted(self.engine.adapters)}
+        )
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        self.tokens.set(self.engine.stats.generated_tokens)
+        self.batches.set(self.engine.stats.batches)
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+def _message(text: str, tools: bool) -> tuple[ResponseMessage, str | None]:
+    """The assistant message for generated text; tool calls parsed when tools were offered."""
+    if not tools:
+        return ResponseMessage(content=text), None
+    parsed = parse_reply(text)
+    calls = [
+        ToolCall(
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            function=ToolCallFunction(name=c.name, arguments=c.arguments),
+        )
+        for c in parsed.calls
+    ]
+    errors = [f"{m.error}: {m.raw[:500]}" for m in parsed.malformed]
+    message = ResponseMessage(
+        content=parsed.content, tool_calls=calls or None, tool_call_errors=errors or None
+    )
+    return message, "tool_calls" if calls else None

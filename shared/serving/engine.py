@@ -1,0 +1,342 @@
+"""The generation engine: one thread that owns the model and serves batches.
+
+Requests that arrive within `batch_window` of each other (up to `max_batch` sequences, all on
+the same adapter) are generated together: one left-padded prefill, then one forward pass per
+step for the whole batch, each row sampled with its own settings and stopped on its own; rows
+that finish leave the KV cache so the rest run on a smaller batch. Adapter loads and unloads
+run on the same thread between batches, so a batch never sees its adapter change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from shared.logging import get_logger
+from shared.serving.sampling import SamplingParams, pick
+
+log = get_logger(__name__)
+
+
+@dataclass
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: list[tuple[str, float]]
+
+
+@dataclass
+class Output:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    """stop | length"""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+Delta = tuple[int, str]
+"""(sequence index within the request, new text)"""
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    adapter: str | None
+    params: SamplingParams
+    n: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[Output]]
+    on_delta: Callable[[Delta], None] | None = None
+    outputs: list[Output | None] = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    request: Request
+    index: int
+    generator: torch.Generator
+    ids: list[int] = field(default_factory=list)
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class EngineStats:
+    batches: int = 0
+    sequences: int = 0
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    busy_seconds: float = 0.0
+
+
+class Engine:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, max_batch: int = 32, batch_window: float = 0.01
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.batch_window = batch_window
+        self.stats = EngineStats()
+        self.adapters: dict[str, str] = {}
+        """Loaded adapter name -> path."""
+        self._pending: deque[Request] = deque()
+        self._commands: queue.Queue[
+            tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+        ] = queue.Queue()
+        self._wake = threading.Condition()
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._stop_ids = _stop_token_ids(model, tokenizer)
+        self._pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._stop_ids[0]
+        )
+        self._rng = random.Random()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._running = False
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # -- API for the event loop ---------------------------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        adapter: str | None = None,
+        n: int = 1,
+        on_delta: Callable[[Delta], None] | None = None,
+    ) -> list[Output]:
+        loop = asyncio.get_running_loop()
+        request = Request(
+            prompt_ids, adapter, params, n, loop, loop.create_future(), on_delta, [None] * n
+        )
+        with self._wake:
+            self._pending.append(request)
+            self._wake.notify_all()
+        return await request.future
+
+    async def run_on_engine(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the engine thread between batches (adapter loads and unloads)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._commands.put((fn, future, loop))
+        with self._wake:
+            self._wake.notify_all()
+        return await future
+
+    # -- the engine thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            self._run_commands()
+            batch = self._next_batch()
+            if batch is None:
+                return
+            if batch:
+                self._serve(batch)
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                fn, future, loop = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = fn()
+            except Exception as exc:  # noqa: BLE001  boundary: the error goes back to the caller
+                loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, future, result, None)
+
+    def _next_batch(self) -> list[Request] | None:
+        with self._wake:
+            while self._running and not self._pending and self._commands.empty():
+                self._wake.wait()
+            if not self._running:
+                return None
+            if not self._pending:
+                return []
+        time.sleep(self.batch_window)  # let requests sent together arrive together
+        with self._wake:
+            first = self._pending[0]
+            batch: list[Request] = []
+            size = 0
+            for request in list(self._pending):
+                overflow = size + request.n > self.max_batch and batch
+                if request.adapter != first.adapter or overflow:
+                    continue
+                batch.append(request)
+                size += request.n
+                self._pending.remove(request)
+                if size >= self.max_batch:
+                    break
+            return batch
+
+    def _serve(self, batch: list[Request]) -> None:
+        started = time.perf_counter()
+        try:
+            with self._adapter(batch[0].adapter):
+                self._generate(batch)
+        except Exception as exc:
+            log.exception("generation failed", error=repr(exc))
+            for request in batch:
+                if not request.future.done():
+                    request.loop.call_soon_threadsafe(_settle, request.future, None, exc)
+        self.stats.batches += 1
+        self.stats.busy_seconds += time.perf_counter() - started
+
+    @contextlib.contextmanager
+    def _adapter(self, name: str | None) -> Iterator[None]:
+        if not hasattr(self.model, "peft_config"):
+            yield
+        elif name is None:
+            with self.model.disable_adapter():
+                yield
+        else:
+            self.model.set_adapter(name)
+            yield
+
+    def _generate(self, batch: list[Request]) -> None:
+        rows = [
+            _Row(r, i, _generator(r.params.seed, i, self._rng)) for r in batch for i in range(r.n)
+        ]
+        prompts = [row.request.prompt_ids for row in rows]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.stats.sequences += len(rows)
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+        )
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        active = list(range(len(rows)))  # rows[active[k]] is batch row k
+        while active:
+            next_ids = []
+            for k, r in enumerate(active):
+                row = rows[r]
+                token = pick(logits[k], row.request.params, row.generator)
+                self._append(row, token, logits[k])
+                next_ids.append(token)
+            keep = [k for k, r in enumerate(active) if not rows[r].done]
+            if not keep:
+                break
+            if len(keep) < len(active):
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                next_ids = [next_ids[k] for k in keep]
+                active = [active[k] for k in keep]
+            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=torch.tensor(next_ids)[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+
+    def _append(self, row: _Row, token: int, logits: torch.Tensor) -> None:
+        params = row.request.params
+        self.stats.generated_tokens += 1
+        if params.logprobs:
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            top: list[tuple[str, float]] = []
+            if params.top_logprobs:
+                values, ids = torch.topk(logprobs, params.top_logprobs)
+                top = [
+                    (self.tokenizer.decode([int(i)]), float(v))
+                    for v, i in zip(values, ids, strict=True)
+                ]
+            row.logprobs.append(
+                TokenLogprob(self.tokenizer.decode([token]), float(logprobs[token]), top)
+            )
+        finish: str | None = None
+        if token in self._stop_ids:
+            finish = "stop"
+        else:
+            row.ids.append(token)
+            text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
+            hit = _first_stop(text, params.stop, len(row.text))
+            if hit is not None:
+                text, finish = text[:hit], "stop"
+            delta, row.text = text[len(row.text) :], text
+            if delta and row.request.on_delta is not None:
+                row.request.loop.call_soon_threadsafe(row.request.on_delta, (row.index, delta))
+            if finish is None and len(row.ids) >= params.max_tokens:
+                finish = "length"
+        if finish is not None:
+            row.done = True
+            self._finish(row, finish)
+
+    def _finish(self, row: _Row, reason: str) -> None:
+        request = row.request
+        request.outputs[row.index] = Output(row.text, row.ids, reason, row.logprobs)
+        if all(o is not None for o in request.outputs) and not request.future.done():
+            outputs = [o for o in request.outputs if o is not None]
+            request.loop.call_soon_threadsafe(_settle, request.future, outputs, None)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _generator(seed: int | None, index: int, rng: random.Random) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed + index if seed is not None else rng.getrandbits(63))
+    return g
+
+
+def _first_stop(text: str, stops: tuple[str, ...], already: int) -> int | None:
+    """Where the earliest stop string begins, looking only where new text could complete one."""
+    best: int | None = None
+    for stop in stops:
+        at = text.find(stop, max(0, already - len(stop) + 1))
+        if at != -1 and (best is None or at < best):
+            best = at
+    return best
+
+
+def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    for candidate in (
+        tokenizer.eos_token_id,
+        getattr(model.generation_config, "eos_token_id", None),
+    ):
+        if isinstance(candidate, int):
+            ids.append(candidate)
+        elif isinstance(candidate, list):
+            ids.extend(candidate)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(end, int) and end != tokenizer.unk_token_id:
+        ids.append(end)
+    return sorted(set(ids))

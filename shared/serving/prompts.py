@@ -1,0 +1,49 @@
+"""Turning a chat request into prompt tokens with the tool-aware template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from shared.llm.openai_types import ChatRequest
+from shared.llm.tool_format import OPEN, tool_template
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer: Any, template: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        own = getattr(tokenizer, "chat_template", None) or ""
+        # A model whose own template knows tools keeps it; others (SmolLM2) get ours.
+        self.template = template or (own if "tools" in own else tool_template())
+
+    def build(self, req: ChatRequest) -> tuple[list[int], str]:
+        """Prompt token ids, and the text the reply is forced to start with (tool_choice)."""
+        tools = req.tools if req.tools and req.tool_choice != "none" else None
+        messages = [msgspec.to_builtins(m) for m in req.messages]
+        for m in messages:
+            m.setdefault("content", "")
+            if m["content"] is None:
+                m["content"] = ""
+        text = self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            chat_template=self.template,
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        prefix = _forced_prefix(req.tool_choice) if tools else ""
+        ids = self.tokenizer(text + prefix, add_special_tokens=False)["input_ids"]
+        return list(ids), prefix
+
+
+def _forced_prefix(choice: str | dict[str, Any] | None) -> str:
+    """`required` starts the reply inside a tool call; a named function also fixes its name."""
+    if choice == "required":
+        return OPEN + "\n"
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if isinstance(name, str) and name:
+            return OPEN + '\n{"name": ' + json.dumps(name) + ', "arguments": '
+    return ""

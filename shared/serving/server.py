@@ -1,0 +1,70 @@
+"""`retrace serve-model`: load a model, start the engine, serve the API until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from aiohttp import web
+
+from shared.logging import get_logger
+from shared.serving.api import ModelServer
+from shared.serving.engine import Engine
+from shared.serving.model_files import DEFAULT_CACHE, resolve_model
+from shared.serving.prompts import PromptBuilder
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str = "smollm2"
+    served_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 32
+    batch_window_ms: float = 10.0
+    threads: int | None = None
+    cache_dir: Path = DEFAULT_CACHE
+
+
+def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    path = resolve_model(cfg.model, cfg.cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    engine = Engine(
+        model, tokenizer, max_batch=cfg.max_batch, batch_window=cfg.batch_window_ms / 1000
+    )
+    name = cfg.served_name or cfg.model
+    context = int(getattr(model.config, "max_position_embeddings", 2048))
+    return ModelServer(engine, PromptBuilder(tokenizer), name, context), engine
+
+
+async def serve(cfg: ServeConfig) -> None:
+    server, engine = await asyncio.to_thread(load, cfg)
+    engine.start()
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, cfg.host, cfg.port).start()
+    log.info(
+        "model server ready",
+        model=server.served_name,
+        host=cfg.host,
+        port=cfg.port,
+        max_batch=cfg.max_batch,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("model server stopping")
+    await runner.cleanup()
+    await asyncio.to_thread(engine.stop)

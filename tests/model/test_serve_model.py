@@ -1,0 +1,130 @@
+"""`retrace serve-model` with the real SmolLM2: the OpenAI API, adapters, batching, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from shared.serving.engine import Engine
+
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOOLS = [{"type": "function", "function": {
+    "name": "set_alarm", "description": "Set an alarm.",
+    "parameters": {"type": "object", "properties": {"time": {"type": "string"}}, "required": ["time"]},
+}}]
+
+
+def chat(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "smollm2", "messages": [{"role": "user", "content": content}], "temperature": 0,
+            "max_tokens": 12, **extra}
+
+
+async def post(client: TestClient, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+    resp = await client.post("/v1/chat/completions", json=body)
+    data = await resp.json()
+    assert resp.status == status, data
+    return data
+
+
+async def test_chat_completion_shape(client: TestClient) -> None:
+    data = await post(client, chat("Say hello.", logprobs=True, top_logprobs=3))
+    choice = data["choices"][0]
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    assert choice["finish_reason"] in ("stop", "length")
+    tokens = choice["logprobs"]["content"]
+    assert 0 < len(tokens) <= 12 and all(t["logprob"] <= 0 for t in tokens)
+    assert len(tokens[0]["top_logprobs"]) == 3
+    assert data["usage"]["completion_tokens"] == len(tokens)
+    models = await (await client.get("/v1/models")).json()
+    assert [m["id"] for m in models["data"]] == ["smollm2"]
+
+
+async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
+    assert "not found" in (await post(client, chat("hi", model="nope"), 404))["error"]["message"]
+    assert "n must be" in (await post(client, chat("hi", n=99), 400))["error"]["message"]
+    assert "top_p" in (await post(client, chat("hi", top_p=0), 400))["error"]["message"]
+    assert "context window" in (await post(client, chat("hi", max_tokens=10_000_000), 400))["error"]["message"]
+    resp = await client.post("/v1/chat/completions", data=b"{not json")
+    assert resp.status == 400 and "invalid request" in (await resp.json())["error"]["message"]
+    bad = await client.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"})
+    assert bad.status == 400
+
+
+async def test_required_tool_choice_yields_a_tool_call_or_a_reported_error(client: TestClient) -> None:
+    data = await post(client, chat("Wake me at 7:30.", tools=TOOLS, tool_choice="required", max_tokens=40))
+    message = data["choices"][0]["message"]
+    assert message.get("tool_calls") or message.get("tool_call_errors"), message
+    for call in message.get("tool_calls") or []:
+        assert call["function"]["name"] and isinstance(json.loads(call["function"]["arguments"]), dict)
+    named = await post(client, chat("Wake me at 7:30.", tools=TOOLS, max_tokens=40,
+                                    tool_choice={"type": "function", "function": {"name": "set_alarm"}}))
+    msg = named["choices"][0]["message"]
+    names = [c["function"]["name"] for c in msg.get("tool_calls") or []]
+    assert names == ["set_alarm"] or msg.get("tool_call_errors"), msg
+
+
+async def _logprobs(client: TestClient, model: str) -> list[float]:
+    data = await post(client, chat("Name a colour.", model=model, logprobs=True, max_tokens=8))
+    return [t["logprob"] for t in data["choices"][0]["logprobs"]["content"]]
+
+
+async def test_adapter_changes_logprobs_and_unloading_restores_them(client: TestClient,
+                                                                     random_adapter: Path) -> None:
+    before = await _logprobs(client, "smollm2")
+    resp = await client.post("/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)})
+    assert resp.status == 200, await resp.text()
+    assert "rand" in [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
+    with_adapter = await _logprobs(client, "rand")
+    base_while_loaded = await _logprobs(client, "smollm2")
+    assert with_adapter != before
+    assert base_while_loaded == before  # the base model name bypasses a loaded adapter
+    dup = await client.post("/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)})
+    assert dup.status == 400
+    resp = await client.post("/v1/unload_lora_adapter", json={"lora_name": "rand"})
+    assert resp.status == 200
+    assert await _logprobs(client, "smollm2") == before
+    await post(client, chat("hi", model="rand"), 404)
+
+
+async def test_concurrent_requests_are_batched_and_match_single_runs(client: TestClient,
+                                                                     loaded: tuple[object, Engine]) -> None:
+    _, engine = loaded
+    prompts = ["Count to three.", "What is the capital of France? Answer briefly.", "Hi", "Name a fruit.",
+               "Write one word.", "What colour is the sky?"]
+    single = [(await post(client, chat(p)))["choices"][0]["message"]["content"] for p in prompts]
+    batches_before = engine.stats.batches
+    together = await asyncio.gather(*(post(client, chat(p)) for p in prompts))
+    assert engine.stats.batches - batches_before < len(prompts)  # some ran in one batch
+    assert [d["choices"][0]["message"]["content"] for d in together] == single
+
+
+async def test_seeded_sampling_is_reproducible_and_n_gives_n_choices(client: TestClient) -> None:
+    body = chat("Tell me a word.", temperature=1.0, seed=123, n=3, max_tokens=10)
+    first, second = await post(client, body), await post(client, body)
+    texts = [c["message"]["content"] for c in first["choices"]]
+    assert len(texts) == 3 and texts == [c["message"]["content"] for c in second["choices"]]
+
+
+async def test_streaming_matches_the_whole_answer(client: TestClient) -> None:
+    whole = (await post(client, chat("Count to five.")))["choices"][0]["message"]["content"]
+    resp = await client.post("/v1/chat/completions", json=chat("Count to five.", stream=True))
+    assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+    text, finished, done = "", None, False
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if not line:
+            continue
+        assert line.startswith("data: ")
+        if line == "data: [DONE]":
+            done = True
+            break
+        choice = json.loads(line[6:])["choices"][0]
+        text += choice["delta"].get("content") or ""
+        finished = choice["finish_reason"] or finished
+    assert done and finished in ("stop", "length") and text == whole
