@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 from collections import defaultdict
+from typing import cast
 
 import click
 from rich.console import Console
@@ -19,7 +20,7 @@ from shared.config import ServiceConfig
 from shared.envs.protocol import TaskSpec
 from shared.envs.registry import get_environment
 from shared.errors import PermanentError
-from shared.messages import RolloutRequested, Sampling
+from shared.messages import RolloutRequested, Sampling, Split
 from shared.reports import RolloutSummary, summarise_request
 from shared.store import Store
 from shared.store.agents import get_agent
@@ -78,7 +79,7 @@ async def run_rollout(
                 request_id=request_id,
                 agent_id=agent.id,
                 environment=env.name,
-                split=split,
+                split=cast(Split | None, split),
                 task_ids=[t.id for t in tasks],
                 trials=trials,
                 sampling=sampling,

@@ -71,6 +71,8 @@ class ToolBox:
             args = json.loads(call.function.arguments or "{}")
         except json.JSONDecodeError as exc:
             return self._error(call, name, None, f"arguments are not valid JSON: {exc.msg}")
+        except RecursionError:
+            return self._error(call, name, None, "arguments are not valid JSON: nested too deeply")
         if not isinstance(args, dict):
             return self._error(call, name, None, "arguments must be a JSON object")
         problem = _schema_error(tool.parameters, args)

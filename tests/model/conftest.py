@@ -18,7 +18,9 @@ from shared.serving.server import ServeConfig, load  # noqa: E402
 @pytest.fixture(scope="session")
 def loaded() -> Iterator[tuple[object, Engine]]:
     try:
-        server, engine = load(ServeConfig(model="smollm2", max_batch=16, batch_window_ms=20, threads=2))
+        server, engine = load(
+            ServeConfig(model="smollm2", max_batch=16, batch_window_ms=20, threads=2)
+        )
     except Exception as exc:  # noqa: BLE001  the model package may be absent: say so, do not error
         pytest.skip(f"SmolLM2 unavailable: {exc}")
     engine.start()
@@ -43,8 +45,12 @@ def random_adapter(tmp_path_factory: pytest.TempPathFactory, loaded: tuple[objec
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"))
     torch.manual_seed(0)
-    peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base,
+        LoraConfig(
+            r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+        ),
+    )
     out = tmp_path_factory.mktemp("adapter") / "random-lora"
     peft_model.save_pretrained(out)
     return out

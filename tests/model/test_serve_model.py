@@ -14,15 +14,30 @@ from shared.serving.engine import Engine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
 
-TOOLS = [{"type": "function", "function": {
-    "name": "set_alarm", "description": "Set an alarm.",
-    "parameters": {"type": "object", "properties": {"time": {"type": "string"}}, "required": ["time"]},
-}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "set_alarm",
+            "description": "Set an alarm.",
+            "parameters": {
+                "type": "object",
+                "properties": {"time": {"type": "string"}},
+                "required": ["time"],
+            },
+        },
+    }
+]
 
 
 def chat(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "smollm2", "messages": [{"role": "user", "content": content}], "temperature": 0,
-            "max_tokens": 12, **extra}
+    return {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 12,
+        **extra,
+    }
 
 
 async def post(client: TestClient, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
@@ -49,21 +64,39 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     assert "not found" in (await post(client, chat("hi", model="nope"), 404))["error"]["message"]
     assert "n must be" in (await post(client, chat("hi", n=99), 400))["error"]["message"]
     assert "top_p" in (await post(client, chat("hi", top_p=0), 400))["error"]["message"]
-    assert "context window" in (await post(client, chat("hi", max_tokens=10_000_000), 400))["error"]["message"]
+    assert (
+        "context window"
+        in (await post(client, chat("hi", max_tokens=10_000_000), 400))["error"]["message"]
+    )
     resp = await client.post("/v1/chat/completions", data=b"{not json")
     assert resp.status == 400 and "invalid request" in (await resp.json())["error"]["message"]
-    bad = await client.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"})
+    bad = await client.post(
+        "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"}
+    )
     assert bad.status == 400
 
 
-async def test_required_tool_choice_yields_a_tool_call_or_a_reported_error(client: TestClient) -> None:
-    data = await post(client, chat("Wake me at 7:30.", tools=TOOLS, tool_choice="required", max_tokens=40))
+async def test_required_tool_choice_yields_a_tool_call_or_a_reported_error(
+    client: TestClient,
+) -> None:
+    data = await post(
+        client, chat("Wake me at 7:30.", tools=TOOLS, tool_choice="required", max_tokens=40)
+    )
     message = data["choices"][0]["message"]
     assert message.get("tool_calls") or message.get("tool_call_errors"), message
     for call in message.get("tool_calls") or []:
-        assert call["function"]["name"] and isinstance(json.loads(call["function"]["arguments"]), dict)
-    named = await post(client, chat("Wake me at 7:30.", tools=TOOLS, max_tokens=40,
-                                    tool_choice={"type": "function", "function": {"name": "set_alarm"}}))
+        assert call["function"]["name"] and isinstance(
+            json.loads(call["function"]["arguments"]), dict
+        )
+    named = await post(
+        client,
+        chat(
+            "Wake me at 7:30.",
+            tools=TOOLS,
+            max_tokens=40,
+            tool_choice={"type": "function", "function": {"name": "set_alarm"}},
+        ),
+    )
     msg = named["choices"][0]["message"]
     names = [c["function"]["name"] for c in msg.get("tool_calls") or []]
     assert names == ["set_alarm"] or msg.get("tool_call_errors"), msg
@@ -74,17 +107,22 @@ async def _logprobs(client: TestClient, model: str) -> list[float]:
     return [t["logprob"] for t in data["choices"][0]["logprobs"]["content"]]
 
 
-async def test_adapter_changes_logprobs_and_unloading_restores_them(client: TestClient,
-                                                                     random_adapter: Path) -> None:
+async def test_adapter_changes_logprobs_and_unloading_restores_them(
+    client: TestClient, random_adapter: Path
+) -> None:
     before = await _logprobs(client, "smollm2")
-    resp = await client.post("/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)})
+    resp = await client.post(
+        "/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)}
+    )
     assert resp.status == 200, await resp.text()
     assert "rand" in [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
     with_adapter = await _logprobs(client, "rand")
     base_while_loaded = await _logprobs(client, "smollm2")
     assert with_adapter != before
     assert base_while_loaded == before  # the base model name bypasses a loaded adapter
-    dup = await client.post("/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)})
+    dup = await client.post(
+        "/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)}
+    )
     assert dup.status == 400
     resp = await client.post("/v1/unload_lora_adapter", json={"lora_name": "rand"})
     assert resp.status == 200
@@ -92,11 +130,18 @@ async def test_adapter_changes_logprobs_and_unloading_restores_them(client: Test
     await post(client, chat("hi", model="rand"), 404)
 
 
-async def test_concurrent_requests_are_batched_and_match_single_runs(client: TestClient,
-                                                                     loaded: tuple[object, Engine]) -> None:
+async def test_concurrent_requests_are_batched_and_match_single_runs(
+    client: TestClient, loaded: tuple[object, Engine]
+) -> None:
     _, engine = loaded
-    prompts = ["Count to three.", "What is the capital of France? Answer briefly.", "Hi", "Name a fruit.",
-               "Write one word.", "What colour is the sky?"]
+    prompts = [
+        "Count to three.",
+        "What is the capital of France? Answer briefly.",
+        "Hi",
+        "Name a fruit.",
+        "Write one word.",
+        "What colour is the sky?",
+    ]
     single = [(await post(client, chat(p)))["choices"][0]["message"]["content"] for p in prompts]
     batches_before = engine.stats.batches
     together = await asyncio.gather(*(post(client, chat(p)) for p in prompts))

@@ -1,4 +1,4 @@
-"""The tool-call parser: well-formed calls round-trip, malformed ones are reported, never guessed."""
+"""The tool-call parser: good calls round-trip, malformed ones are reported, never guessed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from shared.llm.tool_format import parse_reply
 names = st.from_regex(r"\A[a-z_][a-z0-9_]{0,20}\Z")
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 arguments = st.dictionaries(st.text(min_size=1, max_size=10), json_values, max_size=4)
