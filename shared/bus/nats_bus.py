@@ -161,10 +161,12 @@ class NatsBus:
         return info.num_pending or 0, info.num_ack_pending or 0
 
     async def close(self) -> None:
+        """Flush and close. Not drain: pull subscriptions have nothing to hand over (unacked
+        messages return to the stream), and draining them waits on queues nobody reads."""
         if self.nc.is_closed:
             return
         try:
-            await asyncio.wait_for(self.nc.drain(), timeout=10)
+            await asyncio.wait_for(self.nc.flush(), timeout=5)
         except (TimeoutError, nats.errors.Error) as exc:
-            log.warning("nats drain failed; closing", error=repr(exc))
-            await self.nc.close()
+            log.warning("nats flush failed; closing anyway", error=repr(exc))
+        await self.nc.close()

@@ -1,0 +1,212 @@
+"""The rollout service on real NATS and Postgres, against a fake model that plays references."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+from sqlalchemy import func, select
+
+from services.rollout.config import RolloutConfig
+from services.rollout.service import build
+from shared.bus import NatsBus
+from shared.config import ModelConfig, ServiceConfig
+from shared.envs.registry import get_environment
+from shared.messages import RolloutCompleted, RolloutRequested, Sampling
+from shared.reports import summarise_request
+from shared.runtime.service import Service
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Task, Trajectory
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually
+from tests.support.oracle_llm import OracleLLM
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+TOOLBOX = get_environment("toolbox")
+TASKS = [t.id for t in TOOLBOX.tasks() if t.split == "train"][:6]
+FAILING = {TASKS[1], TASKS[4]}
+
+
+def rollout_cfg(base: ServiceConfig, model_url: str, **extra: object) -> RolloutConfig:
+    fields = {f: getattr(base, f) for f in base.__struct_fields__}
+    return RolloutConfig(
+        **{**fields, "model": ModelConfig(url=model_url, request_timeout=30)}, **extra
+    )
+
+
+@pytest.fixture
+async def agent_id(store: Store) -> uuid.UUID:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(
+            session, "bot", model="oracle", environment="toolbox", system_prompt="Be precise."
+        )
+        return agent.id
+
+
+@pytest.fixture
+async def oracle() -> AsyncIterator[tuple[OracleLLM, str]]:
+    fake = OracleLLM(TOOLBOX, fail=FAILING)
+    server = TestServer(fake.app())
+    await server.start_server()
+    yield fake, f"http://127.0.0.1:{server.port}/v1"
+    await server.close()
+
+
+async def start(cfg: RolloutConfig) -> tuple[Service, asyncio.Task[int]]:
+    service = build(cfg)
+    task = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        return (await service.health()).status == "ok"
+
+    await eventually(ready)
+    return service, task
+
+
+async def completed(bus: NatsBus, request_id: uuid.UUID) -> list[RolloutCompleted]:
+    sub = await bus.js.pull_subscribe(
+        f"{bus.cfg.subject_prefix}.acme.rollout.completed", stream=f"{bus.cfg.stream_prefix}_EVENTS"
+    )
+    out = []
+    try:
+        for m in await sub.fetch(10, timeout=1):
+            event = msgspec.json.decode(m.data, type=RolloutCompleted)
+            if event.request_id == request_id:
+                out.append(event)
+    except Exception:  # noqa: BLE001  a fetch timeout means no (more) messages
+        pass
+    await sub.unsubscribe()
+    return out
+
+
+async def test_rollout_stores_every_episode_and_reports(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+) -> None:
+    fake, url = oracle
+    service, run = await start(rollout_cfg(service_cfg, url))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = uuid.uuid4()
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=request_id,
+            agent_id=agent_id,
+            environment="toolbox",
+            task_ids=TASKS,
+            trials=2,
+            sampling=Sampling(temperature=0),
+        ),
+        msg_id=str(request_id),
+    )
+
+    async def events() -> bool:
+        return len(await completed(bus, request_id)) == 1
+
+    await eventually(events, within=60)
+    [event] = await completed(bus, request_id)
+    assert event.trajectories == 12 and event.successes == 8
+    async with store.tenant("acme") as session:
+        rows = list(
+            await session.scalars(select(Trajectory).where(Trajectory.request_id == request_id))
+        )
+        summary = await summarise_request(session, request_id)
+        stored_tasks = await session.scalar(select(func.count()).select_from(Task))
+    assert stored_tasks == len(TOOLBOX.tasks())  # the whole environment was imported once
+    assert len(rows) == 12
+    for row in rows:
+        assert row.messages[0]["role"] == "system" and row.messages[0]["content"].startswith(
+            "Be precise."
+        )
+        assert row.model == "oracle" and row.source == "rollout"
+        assert 0.0 <= (row.reward or 0) <= 1.0 and "checks" in row.reward_breakdown
+    assert summary.overall.episodes == 12 and summary.overall.successes == 8
+    assert summary.pass_hat_k[2] == pytest.approx(4 / 6)
+    service.stop()
+    assert await run == 0
+    await bus.close()
+
+
+async def test_restart_mid_batch_neither_loses_nor_duplicates(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID
+) -> None:
+    slow = OracleLLM(TOOLBOX, delay=1.5)
+    server = TestServer(slow.app())
+    await server.start_server()
+    url = f"http://127.0.0.1:{server.port}/v1"
+    cfg = rollout_cfg(service_cfg, url, episodes_at_once=2)
+    first, run = await start(cfg)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = uuid.uuid4()
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=request_id,
+            agent_id=agent_id,
+            environment="toolbox",
+            task_ids=TASKS,
+            trials=2,
+        ),
+        msg_id=str(request_id),
+    )
+
+    async def stored() -> int:
+        async with store.tenant("acme") as session:
+            return (
+                await session.scalar(
+                    select(func.count())
+                    .select_from(Trajectory)
+                    .where(Trajectory.request_id == request_id)
+                )
+                or 0
+            )
+
+    async def some() -> bool:
+        return await stored() >= 3
+
+    await eventually(some, within=60)
+    first.stop()  # grace is 5 s in service_cfg; the rest of the batch is cut off and handed back
+    await run
+    partial = await stored()
+    assert 3 <= partial < 12
+
+    second, run2 = await start(cfg)
+
+    async def all_done() -> bool:
+        return len(await completed(bus, request_id)) >= 1
+
+    await eventually(all_done, within=90)
+    assert await stored() == 12
+    second.stop()
+    await run2
+    await bus.close()
+    await server.close()
+
+
+async def test_unknown_environment_is_dead_lettered(
+    service_cfg: ServiceConfig, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+) -> None:
+    _, url = oracle
+    service, run = await start(rollout_cfg(service_cfg, url))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=uuid.uuid4(), agent_id=agent_id, environment="nowhere", split="train"
+        ),
+        msg_id="bad-env",
+    )
+
+    async def dead() -> bool:
+        return (await bus.js.stream_info(f"{bus.cfg.stream_prefix}_DLQ")).state.messages == 1
+
+    await eventually(dead)
+    service.stop()
+    await run
+    await bus.close()

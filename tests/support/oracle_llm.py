@@ -1,0 +1,101 @@
+"""A fake OpenAI-compatible endpoint that plays each task's reference solution (or, for tasks
+it is told to fail, answers with plain text). The real counterpart is `retrace serve-model`,
+exercised by the model tests; this fake keeps rollout tests fast and their rewards known."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from shared.envs.protocol import Environment
+from shared.llm.openai_types import ChatRequest
+
+
+class OracleLLM:
+    def __init__(
+        self, env: Environment, *, fail: set[str] = frozenset(), delay: float = 0.0
+    ) -> None:
+        self.references: dict[str, list[dict[str, Any]]] = {}
+        self.fail = fail
+        self.delay = delay
+        self.calls = 0
+        for task in env.tasks():
+            episode = env.reset(task, int(task.data.get("seed", 0)))
+            opening = next(m.content for m in episode.messages if m.role == "user")
+            self.references[opening or ""] = [] if task.id in fail else task.data["reference"]
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.calls += 1
+        req = msgspec.json.decode(await request.read(), type=ChatRequest)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        opening = next((m.content for m in req.messages if m.role == "user"), "") or ""
+        script = self.references.get(opening, [])
+        turn = sum(1 for m in req.messages if m.role == "assistant")
+        reply = (
+            script[turn]
+            if turn < len(script)
+            else {"role": "assistant", "content": "I cannot help with that."}
+        )
+        message = {
+            "role": "assistant",
+            "content": reply.get("content"),
+            "tool_calls": reply.get("tool_calls"),
+        }
+        body = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+        return web.json_response(body)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+
+@contextmanager
+def serve_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve `app` on a free port from a thread of its own (for tests that block on subprocesses)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def start() -> None:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        holder["runner"] = runner
+        holder["port"] = runner.addresses[0][1]
+        ready.set()
+
+    thread = threading.Thread(
+        target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True
+    )
+    thread.start()
+    ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{holder['port']}/v1"
+    finally:
+        asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
