@@ -40,7 +40,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -78,7 +78,7 @@ def ensure_nats(data_dir: Path) -> str:
     with _locked(root / ".lock"):
         if state_file.exists():
             state = json.loads(state_file.read_text())
-            if _alive(state["pid"]) and _port_open(state["port"]):
+            if pid_alive(state["pid"]) and _port_open(state["port"]):
                 return f"nats://127.0.0.1:{state['port']}"
         port = _free_port()
         log_path = root / "nats-server.log"
@@ -134,17 +134,17 @@ def stop_embedded(data_dir: Path) -> list[str]:
     state_file = data_dir / "nats" / "server.json"
     if state_file.exists():
         pid = json.loads(state_file.read_text())["pid"]
-        if _alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
             stopped.append("nats")
         state_file.unlink()
     pid_file = data_dir / "postgres" / "postmaster.pid"
     if pid_file.exists():
         pid = int(pid_file.read_text().split()[0])
-        if _alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: rolls back, then exits
             deadline = time.monotonic() + 15
-            while _alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             stopped.append("postgres")
     return stopped

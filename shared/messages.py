@@ -55,7 +55,7 @@ class RolloutRequested(Contract, frozen=True):
     trials: int = 1
     sampling: Sampling = msgspec.field(default_factory=Sampling)
     adapter: str | None = None
-    """A LoRA adapter name, `router` for routed inference, or None for the base model."""
+    """A LoRA adapter the inference endpoint has loaded, or None for the agent's base model."""
     cycle_id: uuid.UUID | None = None
     purpose: Literal["diagnose", "evaluate", "calibrate", "adhoc"] = "adhoc"
 

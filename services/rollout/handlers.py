@@ -61,6 +61,12 @@ class RolloutHandlers:
             already_stored=len(tasks) * msg.trials - len(todo),
         )
         model = msg.adapter or agent.model
+        served = await self.client.models()
+        if model not in served:
+            raise PermanentError(
+                f"the inference endpoint serves {served}, not {model!r}: "
+                "load the adapter or fix the agent's model"
+            )
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
 
         async def one(task: TaskSpec, trial: int) -> None:

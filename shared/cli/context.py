@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import click
 import msgspec
+from rich.console import Console
 
 from shared.config import ServiceConfig, load_config
 from shared.embedded import ensure_nats, ensure_postgres
@@ -36,6 +38,12 @@ class RunState(msgspec.Struct, kw_only=True):
     services: dict[str, int]
     """name -> HTTP port"""
     host: str = "127.0.0.1"
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console; when output goes to a file or pipe, wide enough not to cut table cells."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 def load_settings() -> ServiceConfig:

@@ -9,13 +9,12 @@ from collections import defaultdict
 from typing import cast
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import func, select
 
 from shared.bus import NatsBus
-from shared.cli.context import load_settings, urls
+from shared.cli.context import load_settings, make_console, urls
 from shared.config import ServiceConfig
 from shared.envs.protocol import TaskSpec
 from shared.envs.registry import get_environment
@@ -26,7 +25,7 @@ from shared.store import Store
 from shared.store.agents import get_agent
 from shared.store.models import Trajectory
 
-console = Console()
+console = make_console()
 
 
 def pick_tasks(tasks: list[TaskSpec], limit: int | None) -> list[TaskSpec]:

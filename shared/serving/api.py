@@ -67,6 +67,11 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except ApiError as exc:
         return _error(exc.status, exc.message, exc.kind)
+    except web.HTTPException:
+        raise
+    except Exception as exc:
+        log.exception("request failed", path=request.path)
+        return _error(500, f"internal error: {exc!r}", "server_error")
 
 
 class ModelServer:
@@ -91,6 +96,16 @@ class ModelServer:
         self.batches = Gauge(
             "retrace_model_batches", "Batches run since start", registry=self.registry
         )
+        self.prompt_tokens = Gauge(
+            "retrace_model_prompt_tokens",
+            "Prompt tokens received since start",
+            registry=self.registry,
+        )
+        self.prefilled = Gauge(
+            "retrace_model_prefilled_tokens",
+            "Prompt tokens run through the model since start (the rest came from the prefix cache)",
+            registry=self.registry,
+        )
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors], client_max_size=32 * 1024 * 1024)
@@ -112,7 +127,7 @@ class ModelServer:
             raise ApiError(400, f"invalid request: {exc}") from exc
         adapter = self._adapter_for(req.model)
         params = self._params(req)
-        prompt_ids, prefix = self.prompts.build(req)
+        prompt_ids, prefix, shared = self.prompts.build_with_prefix(req)
         if len(prompt_ids) + params.max_tokens > self.max_context:
             raise ApiError(
                 400,
@@ -120,8 +135,10 @@ class ModelServer:
                 f"exceeds the context window of {self.max_context}",
             )
         if req.stream:
-            return await self._stream(request, req, prompt_ids, prefix, params, adapter)
-        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
+            return await self._stream(request, req, prompt_ids, prefix, params, adapter, shared)
+        outputs = await self.engine.generate(
+            prompt_ids, params, adapter=adapter, n=req.n, prefix_len=shared
+        )
         self._count(req.model, "ok")
         response = ChatResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}",
@@ -203,6 +220,7 @@ class ModelServer:
         prefix: str,
         params: SamplingParams,
         adapter: str | None,
+        shared: int,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -234,7 +252,9 @@ class ModelServer:
         for i in range(req.n):
             chunks.append(chunk(i, {"role": "assistant", "content": prefix}))
         job = asyncio.ensure_future(
-            self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
+            self.engine.generate(
+                prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta, prefix_len=shared
+            )
         )
         while not job.done() or chunks:
             while chunks:
@@ -298,6 +318,7 @@ class ModelServer:
             self.engine.model.load_adapter(path, adapter_name=name)
         self.engine.model.eval()
         self.engine.adapters[name] = path
+        self.engine.prefixes.clear()
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
         try:
@@ -319,6 +340,7 @@ class ModelServer:
             # The last adapter: strip the LoRA layers and serve the plain base model again.
             self.engine.model = self.engine.model.unload()
         del self.engine.adapters[name]
+        self.engine.prefixes.clear()
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response(
@@ -328,6 +350,8 @@ class ModelServer:
     async def metrics(self, _: web.Request) -> web.Response:
         self.tokens.set(self.engine.stats.generated_tokens)
         self.batches.set(self.engine.stats.batches)
+        self.prompt_tokens.set(self.engine.stats.prompt_tokens)
+        self.prefilled.set(self.engine.stats.prefilled_tokens)
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

@@ -15,12 +15,13 @@ import queue
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from shared.logging import get_logger
 from shared.serving.sampling import SamplingParams, pick
@@ -58,6 +59,14 @@ class Request:
     future: asyncio.Future[list[Output]]
     on_delta: Callable[[Delta], None] | None = None
     outputs: list[Output | None] = field(default_factory=list)
+    prefix_len: int = 0
+    """Leading prompt tokens shared with other requests (the system turn with the tools)."""
+
+    @property
+    def group(self) -> tuple[str | None, tuple[int, ...]]:
+        """Requests of one group can share a batch: same adapter, same cached prefix."""
+        prefix = tuple(self.prompt_ids[: self.prefix_len]) if self.prefix_len >= MIN_PREFIX else ()
+        return self.adapter, prefix
 
 
 @dataclass
@@ -77,7 +86,46 @@ class EngineStats:
     sequences: int = 0
     generated_tokens: int = 0
     prompt_tokens: int = 0
+    prefilled_tokens: int = 0
+    """Prompt tokens actually run through the model (the rest came from the prefix cache)."""
+    prefix_hits: int = 0
     busy_seconds: float = 0.0
+
+
+MIN_PREFIX = 32
+"""Shorter shared prefixes are not worth caching."""
+PREFIX_CACHE_SIZE = 8
+
+
+class PrefixCache:
+    """Key/value tensors of recently seen prompt prefixes, per adapter, least recently used out.
+    Every episode of an environment starts with the same system turn (policy and tools): it is
+    computed once instead of once per request."""
+
+    def __init__(self, capacity: int = PREFIX_CACHE_SIZE) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[
+            tuple[str | None, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]
+        ] = OrderedDict()
+
+    def get(
+        self, key: tuple[str | None, tuple[int, ...]]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        found = self._items.get(key)
+        if found is not None:
+            self._items.move_to_end(key)
+        return found
+
+    def put(
+        self, key: tuple[str | None, tuple[int, ...]], kv: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> None:
+        self._items[key] = kv
+        self._items.move_to_end(key)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
 
 
 class Engine:
@@ -103,6 +151,7 @@ class Engine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._stop_ids[0]
         )
         self._rng = random.Random()
+        self.prefixes = PrefixCache()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,10 +175,22 @@ class Engine:
         adapter: str | None = None,
         n: int = 1,
         on_delta: Callable[[Delta], None] | None = None,
+        prefix_len: int = 0,
     ) -> list[Output]:
+        """Generate n continuations; `prefix_len` leading tokens may be served from the cache
+        (they must end where a fresh tokenization would also end, e.g. at a special token)."""
         loop = asyncio.get_running_loop()
+        prefix_len = min(prefix_len, len(prompt_ids) - 1)
         request = Request(
-            prompt_ids, adapter, params, n, loop, loop.create_future(), on_delta, [None] * n
+            prompt_ids,
+            adapter,
+            params,
+            n,
+            loop,
+            loop.create_future(),
+            on_delta,
+            [None] * n,
+            prefix_len,
         )
         with self._wake:
             self._pending.append(request)
@@ -179,12 +240,12 @@ class Engine:
                 return []
         time.sleep(self.batch_window)  # let requests sent together arrive together
         with self._wake:
-            first = self._pending[0]
+            first = self._pending[0].group
             batch: list[Request] = []
             size = 0
             for request in list(self._pending):
                 overflow = size + request.n > self.max_batch and batch
-                if request.adapter != first.adapter or overflow:
+                if request.group != first or overflow:
                     continue
                 batch.append(request)
                 size += request.n
@@ -221,15 +282,29 @@ class Engine:
         rows = [
             _Row(r, i, _generator(r.params.seed, i, self._rng)) for r in batch for i in range(r.n)
         ]
-        prompts = [row.request.prompt_ids for row in rows]
+        adapter, prefix = batch[0].group
+        kv = self._prefix_kv(adapter, prefix) if prefix else None
+        shared = len(prefix) if kv is not None else 0
+        prompts = [row.request.prompt_ids[shared:] for row in rows]
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Padding sits between the shared prefix and each row's own suffix; the mask hides it
+        # and positions skip it, so every row sees exactly its own prompt.
+        mask = torch.tensor([[1] * shared + [0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
         self.stats.sequences += len(rows)
-        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.stats.prompt_tokens += sum(len(r.request.prompt_ids) for r in rows)
+        self.stats.prefilled_tokens += sum(len(p) for p in prompts)
+        cache = None
+        if kv is not None:
+            cache = _expand(kv, len(rows))
+            self.stats.prefix_hits += len(rows)
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         active = list(range(len(rows)))  # rows[active[k]] is batch row k
@@ -259,6 +334,18 @@ class Engine:
                 use_cache=True,
             )
             cache, logits = out.past_key_values, out.logits[:, -1, :]
+
+    def _prefix_kv(
+        self, adapter: str | None, prefix: tuple[int, ...]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        key = (adapter, prefix)
+        kv = self.prefixes.get(key)
+        if kv is None:
+            out = self.model(input_ids=torch.tensor([list(prefix)]), use_cache=True)
+            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            self.prefixes.put(key, kv)
+            self.stats.prefilled_tokens += len(prefix)
+        return kv
 
     def _append(self, row: _Row, token: int, logits: torch.Tensor) -> None:
         params = row.request.params
@@ -299,6 +386,16 @@ class Engine:
         if all(o is not None for o in request.outputs) and not request.future.done():
             outputs = [o for o in request.outputs if o is not None]
             request.loop.call_soon_threadsafe(_settle, request.future, outputs, None)
+
+
+def _expand(kv: list[tuple[torch.Tensor, torch.Tensor]], size: int) -> DynamicCache:
+    """A fresh cache holding the prefix once per row (generation appends to it in place)."""
+    return DynamicCache(
+        ddp_cache_data=[
+            (k.expand(size, -1, -1, -1).contiguous(), v.expand(size, -1, -1, -1).contiguous())
+            for k, v in kv
+        ]
+    )
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -89,7 +89,7 @@ async def completed(bus: NatsBus, request_id: uuid.UUID) -> list[RolloutComplete
 async def test_rollout_stores_every_episode_and_reports(
     service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
 ) -> None:
-    fake, url = oracle
+    _, url = oracle
     service, run = await start(rollout_cfg(service_cfg, url))
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
     request_id = uuid.uuid4()
@@ -187,6 +187,33 @@ async def test_restart_mid_batch_neither_loses_nor_duplicates(
     await run2
     await bus.close()
     await server.close()
+
+
+async def test_unknown_model_is_dead_lettered(
+    service_cfg: ServiceConfig, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+) -> None:
+    _, url = oracle
+    service, run = await start(rollout_cfg(service_cfg, url))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=uuid.uuid4(),
+            agent_id=agent_id,
+            environment="toolbox",
+            split="train",
+            adapter="not-loaded",
+        ),
+        msg_id="bad-model",
+    )
+
+    async def dead() -> bool:
+        return (await bus.js.stream_info(f"{bus.cfg.stream_prefix}_DLQ")).state.messages == 1
+
+    await eventually(dead)
+    service.stop()
+    await run
+    await bus.close()
 
 
 async def test_unknown_environment_is_dead_lettered(

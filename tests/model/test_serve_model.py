@@ -173,3 +173,36 @@ async def test_streaming_matches_the_whole_answer(client: TestClient) -> None:
         text += choice["delta"].get("content") or ""
         finished = choice["finish_reason"] or finished
     assert done and finished in ("stop", "length") and text == whole
+
+
+async def test_prefix_cache_gives_the_same_tokens(loaded: tuple[object, Engine]) -> None:
+    from shared.envs.protocol import Message
+    from shared.llm.openai_types import ChatRequest
+    from shared.serving.sampling import SamplingParams
+
+    server, engine = loaded
+    system = Message(role="system", content="You are a phone assistant. " * 20)
+
+    def prompt(text: str) -> tuple[list[int], int]:
+        request = ChatRequest(
+            model="smollm2", messages=[system, Message(role="user", content=text)], tools=TOOLS
+        )
+        ids, _, shared = server.prompts.build_with_prefix(request)  # type: ignore[attr-defined]
+        return ids, shared
+
+    greedy = SamplingParams(temperature=0, max_tokens=12, logprobs=True)
+    (short, shared), (long, shared_too) = (
+        prompt("Wake me at 7."),
+        prompt("Please set an alarm for 07:30 tomorrow."),
+    )
+    assert shared == shared_too > 100 and short[:shared] == long[:shared]
+    plain = [(await engine.generate(ids, greedy))[0] for ids in (short, long)]
+    hits = engine.stats.prefix_hits
+    cached = await asyncio.gather(
+        *(engine.generate(ids, greedy, prefix_len=shared) for ids in (short, long))
+    )
+    assert engine.stats.prefix_hits >= hits + 2
+    for fresh, reused in zip(plain, (c[0] for c in cached), strict=True):
+        assert reused.token_ids == fresh.token_ids
+        for a, b in zip(fresh.logprobs, reused.logprobs, strict=True):
+            assert abs(a.logprob - b.logprob) < 1e-3

@@ -66,15 +66,19 @@ class OracleLLM:
         }
         return web.json_response(body)
 
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "oracle", "object": "model"}]})
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
         return app
 
 
 @contextmanager
 def serve_in_thread(app: web.Application) -> Iterator[str]:
-    """Serve `app` on a free port from a thread of its own (for tests that block on subprocesses)."""
+    """Serve `app` on a free port from its own thread (for tests that block on subprocesses)."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     holder: dict[str, Any] = {}

@@ -1,0 +1,143 @@
+"""`retrace migrate`, `retrace tenant ...`, `retrace agent ...`: the control plane."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from shared.cli.context import load_settings, make_console, open_store, urls
+from shared.errors import PermanentError
+from shared.store import migrate as migrations
+from shared.store.agents import create_agent, list_agents
+from shared.store.tenants import create_tenant, issue_api_key, list_tenants
+
+console = make_console()
+DEFAULT_TENANT = "default"
+T = TypeVar("T")
+
+
+@click.command()
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.option("--downgrade", is_flag=True, help="Go down to --revision (e.g. base) instead of up.")
+def migrate(revision: str, downgrade: bool) -> None:
+    """Bring the database schema to a revision (Alembic)."""
+    cfg = load_settings()
+    _, db_url = urls(cfg, start=True)
+    assert db_url is not None
+    (migrations.downgrade if downgrade else migrations.upgrade)(
+        db_url, cfg.database.schema, revision
+    )
+    console.print(f"database at {revision}")
+
+
+@click.group()
+def tenant() -> None:
+    """Tenants and their API keys."""
+
+
+@tenant.command("create")
+@click.argument("tenant_id")
+@click.option("--name", default=None, help="Display name.")
+def tenant_create(tenant_id: str, name: str | None) -> None:
+    """Create a tenant and print its first API key (shown once, stored hashed)."""
+    cfg = load_settings()
+
+    async def run() -> str:
+        async with open_store(cfg) as store:
+            async with store.cross_tenant() as session:
+                await create_tenant(session, tenant_id, name)
+            async with store.tenant(tenant_id) as session:
+                return await issue_api_key(session, tenant_id)
+
+    key = _run(run())
+    console.print(f"tenant [bold]{tenant_id}[/bold] created")
+    console.print(f"API key (shown once): {key}")
+
+
+@tenant.command("list")
+def tenant_list() -> None:
+    """List tenants."""
+    cfg = load_settings()
+
+    async def run() -> list[tuple[str, str, str]]:
+        async with open_store(cfg) as store, store.cross_tenant() as session:
+            return [(t.id, t.name, t.created_at.isoformat()) for t in await list_tenants(session)]
+
+    table = Table(title="tenants")
+    for col in ("id", "name", "created"):
+        table.add_column(col)
+    for row in _run(run()):
+        table.add_row(*row)
+    console.print(table)
+
+
+@click.group()
+def agent() -> None:
+    """Agents: a model, a system prompt and a target environment."""
+
+
+@agent.command("create")
+@click.argument("name")
+@click.option(
+    "--tenant", "tenant_id", default=DEFAULT_TENANT, envvar="RETRACE_TENANT", show_default=True
+)
+@click.option("--model", required=True, help="Base model name as the inference endpoint knows it.")
+@click.option("--env", "environment", required=True, help="Target environment, e.g. toolbox.")
+@click.option(
+    "--prompt",
+    "prompt_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File holding the system prompt.",
+)
+def agent_create(
+    name: str, tenant_id: str, model: str, environment: str, prompt_file: Path | None
+) -> None:
+    """Register an agent for a tenant."""
+    cfg = load_settings()
+    prompt = prompt_file.read_text(encoding="utf-8") if prompt_file else ""
+
+    async def run() -> str:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            created = await create_agent(
+                session, name, model=model, environment=environment, system_prompt=prompt
+            )
+            return str(created.id)
+
+    agent_id = _run(run())
+    console.print(f"agent [bold]{name}[/bold] created for tenant {tenant_id} ({agent_id})")
+
+
+@agent.command("list")
+@click.option(
+    "--tenant", "tenant_id", default=DEFAULT_TENANT, envvar="RETRACE_TENANT", show_default=True
+)
+def agent_list(tenant_id: str) -> None:
+    """List a tenant's agents."""
+    cfg = load_settings()
+
+    async def run() -> list[tuple[str, str, str, str]]:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            return [
+                (a.name, a.model, a.environment, a.created_at.isoformat())
+                for a in await list_agents(session)
+            ]
+
+    table = Table(title=f"agents of {tenant_id}")
+    for col in ("name", "model", "environment", "created"):
+        table.add_column(col)
+    for row in _run(run()):
+        table.add_row(*row)
+    console.print(table)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine; expected failures become one clear line, not a traceback."""
+    try:
+        return asyncio.run(coro)
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc

