@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import sys
@@ -27,7 +28,7 @@ from shared.cli.context import (
 from shared.cli.rollout import rollout
 from shared.cli.serve import serve_model
 from shared.cli.status import Report, collect
-from shared.cli.supervisor import Supervisor, child_env
+from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
 from shared.logging import configure_logging
@@ -61,11 +62,20 @@ def cli() -> None:
 @click.option(
     "--ready-timeout", default=180.0, show_default=True, help="Seconds to wait for health."
 )
-def up(only: tuple[str, ...], port_offset: int, ready_timeout: float) -> None:
+@click.option(
+    "--model",
+    "model",
+    default="auto",
+    show_default=True,
+    help="Serve a model beside the services: 'auto' serves SmolLM2 unless RETRACE_MODEL_URL is "
+    "set or torch is missing; 'none' never; anything else is served (e.g. a model directory).",
+)
+def up(only: tuple[str, ...], port_offset: int, ready_timeout: float, model: str) -> None:
     """Start the services (all, or --only some) and keep them running until Ctrl-C / SIGTERM.
 
     With no RETRACE_NATS_URL / RETRACE_DATABASE_URL, embedded NATS and Postgres are started
-    under the data directory (RETRACE_STORAGE_DATA_DIR, default ./.retrace)."""
+    under the data directory (RETRACE_STORAGE_DATA_DIR, default ./.retrace). With no
+    RETRACE_MODEL_URL, `retrace serve-model` runs beside them (see --model)."""
     cfg = load_settings()
     configure_logging(cfg.log.level, cfg.log.format)
     existing = read_state(cfg)
@@ -78,6 +88,9 @@ def up(only: tuple[str, ...], port_offset: int, ready_timeout: float) -> None:
         migrations.upgrade(db_url, cfg.database.schema)
         asyncio.run(_ensure_default_tenant(cfg))
     chosen = {name: SERVICES[name] + port_offset for name in (only or SERVICES)}
+    served = _model_to_serve(model)
+    if served is not None:
+        chosen[MODEL] = MODEL_PORT + port_offset
     state = RunState(
         pid=os.getpid(),
         nats_url=nats_url,
@@ -87,7 +100,7 @@ def up(only: tuple[str, ...], port_offset: int, ready_timeout: float) -> None:
     )
     context.write_state(cfg, state)
     try:
-        code = asyncio.run(_run_supervisor(cfg, state, ready_timeout))
+        code = asyncio.run(_run_supervisor(cfg, state, ready_timeout, served))
     finally:
         context.state_path(cfg).unlink(missing_ok=True)
         if cfg.nats.url is None or cfg.database.url is None:
@@ -102,10 +115,28 @@ async def _ensure_default_tenant(cfg: ServiceConfig) -> None:
             await create_tenant(session, DEFAULT_TENANT, "Default tenant")
 
 
-async def _run_supervisor(cfg: ServiceConfig, state: RunState, ready_timeout: float) -> int:
+def _model_to_serve(choice: str) -> str | None:
+    """Which model `up` serves itself, if any."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    if "RETRACE_MODEL_URL" in os.environ:
+        return None  # the services use that endpoint
+    if importlib.util.find_spec("torch") is None:
+        err.print("[yellow]no model served: torch is missing (pip install -e '.[train]')")
+        return None
+    return "smollm2"
+
+
+async def _run_supervisor(
+    cfg: ServiceConfig, state: RunState, ready_timeout: float, served: str | None
+) -> int:
     env = child_env(state.nats_url, state.database_url)
     env["RETRACE_DATABASE_SCHEMA"] = cfg.database.schema
-    sup = Supervisor(state.services, env, cfg.storage.data_path / "logs")
+    if served is not None:
+        env["RETRACE_MODEL_URL"] = f"http://127.0.0.1:{state.services[MODEL]}/v1"
+    sup = Supervisor(state.services, env, cfg.storage.data_path / "logs", model=served)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sup.stopping.set)

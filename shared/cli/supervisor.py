@@ -31,6 +31,7 @@ class Child:
     name: str
     port: int
     log_path: Path
+    argv: list[str]
     proc: asyncio.subprocess.Process | None = None
     restarts: list[float] = field(default_factory=list)
     failed: bool = False
@@ -43,9 +44,11 @@ class Supervisor:
         env: Mapping[str, str],
         log_dir: Path,
         host: str = "127.0.0.1",
+        model: str | None = None,
     ) -> None:
         self.children = [
-            Child(name, port, log_dir / f"{name}.log") for name, port in services.items()
+            Child(name, port, log_dir / f"{name}.log", command(name, port, host, model))
+            for name, port in services.items()
         ]
         self.env = dict(env)
         self.host = host
@@ -56,13 +59,7 @@ class Supervisor:
         env = {**self.env, "RETRACE_HTTP_PORT": str(child.port), "RETRACE_HTTP_HOST": self.host}
         with child.log_path.open("ab") as out:
             child.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                f"services.{child.name}",
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
+                *child.argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out
             )
         log.info("service spawned", service=child.name, pid=child.proc.pid, port=child.port)
 
@@ -135,6 +132,30 @@ class Supervisor:
                     proc.kill()
             await asyncio.gather(*(p.wait() for p in live))
         await asyncio.gather(*watchers, return_exceptions=True)
+
+
+MODEL = "model"
+"""The child that serves the model (`retrace serve-model`) when `retrace up` starts one."""
+MODEL_PORT = 8000
+
+
+def command(name: str, port: int, host: str, model: str | None = None) -> list[str]:
+    if name == MODEL:
+        return [
+            sys.executable,
+            "-m",
+            "shared.cli.main",
+            "serve-model",
+            "--model",
+            model or "smollm2",
+            "--served-name",
+            "smollm2" if model in (None, "smollm2") else model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
+    return [sys.executable, "-m", f"services.{name}"]
 
 
 def child_env(

@@ -3,6 +3,7 @@ reports them healthy, and the control-plane commands work against them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from shared.cli.context import SERVICES
+from shared.cli.supervisor import MODEL, MODEL_PORT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 _SCRIPT = Path(sys.executable).parent / "retrace"
@@ -25,7 +27,7 @@ RETRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shared
 
 
 def _ports_free(offset: int) -> bool:
-    for port in SERVICES.values():
+    for port in [*SERVICES.values(), MODEL_PORT]:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port + offset)) == 0:
                 return False
@@ -71,9 +73,12 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
         else:
             pytest.fail(f"services never became healthy: {report}")
         assert report["running"] is True
-        assert {s["name"]: s["status"] for s in report["services"]} == dict.fromkeys(SERVICES, "ok")
+        expected = dict(SERVICES)
+        if importlib.util.find_spec("torch") is not None:
+            expected[MODEL] = MODEL_PORT  # `up` serves SmolLM2 itself when no endpoint is set
+        assert {s["name"]: s["status"] for s in report["services"]} == dict.fromkeys(expected, "ok")
         assert {s["name"]: s["port"] for s in report["services"]} == {
-            n: p + offset for n, p in SERVICES.items()
+            n: p + offset for n, p in expected.items()
         }
         assert report["dead_letters"] == 0 and report["errors"] == []
 
