@@ -81,9 +81,12 @@ class CapabilitiesIdentified(Contract, frozen=True):
     STAGE = "capabilities"
     EVENT = "identified"
 
-    cycle_id: uuid.UUID
     agent_id: uuid.UUID
     capability_ids: list[uuid.UUID]
+    """The capabilities kept by the criterion, best first."""
+    cycle_id: uuid.UUID | None = None
+    request_id: uuid.UUID | None = None
+    """The diagnosis rollout the capabilities were found in."""
 
 
 class EnvironmentReady(Contract, frozen=True):

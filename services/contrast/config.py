@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+
 from shared.config import ServiceConfig
 
 DEFAULT_PORT = 8102
 
 
 class ContrastConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the contrast service has no settings of its own yet."""
+    runs: Annotated[int, msgspec.Meta(ge=1, le=100)] = 10
+    """Repeated labelings (bootstrap resamples) per capability."""
+    min_runs: Annotated[int, msgspec.Meta(ge=1)] = 8
+    """Runs a capability must pass to be kept."""
+    min_coverage: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.10
+    """Share of failed trajectories lacking the capability, in a passing run."""
+    min_delta: Annotated[float, msgspec.Meta(ge=-1, le=1)] = 0.20
+    """Lacking-rate among failures minus lacking-rate among successes, in a passing run."""
+    seed: int = 0
+    """Seed of the bootstrap resamples."""

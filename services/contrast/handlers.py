@@ -2,8 +2,127 @@
 
 from __future__ import annotations
 
-from shared.bus.delivery import Handler
-from shared.messages import Contract
+import uuid
 
-HANDLERS: dict[type[Contract], Handler] = {}
-"""Contract -> handler; the service creates one durable consumer per entry."""
+import msgspec
+from sqlalchemy import select
+
+from services.contrast.config import ContrastConfig
+from services.contrast.diagnosis import diagnose
+from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
+from shared.bus.delivery import Handler, HandlerContext
+from shared.logging import get_logger
+from shared.messages import CapabilitiesIdentified, Contract, RolloutCompleted
+from shared.store.models import Capability, Task, Trajectory
+
+log = get_logger(__name__)
+
+
+class ContrastHandlers:
+    def __init__(self, cfg: ContrastConfig) -> None:
+        self.cfg = cfg
+
+    def table(self) -> dict[type[Contract], Handler]:
+        return {RolloutCompleted: self.rollout_completed}
+
+    async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:
+        """A diagnosis rollout is stored: name what its failures lack."""
+        if msg.purpose != "diagnose":
+            return
+        views, skipped = await self._trajectories(ctx, msg.request_id)
+        results = diagnose(views, self.cfg)
+        kept: list[uuid.UUID] = []
+        for stats in results:
+            row = Capability(
+                agent_id=msg.agent_id,
+                cycle_id=msg.cycle_id,
+                name=stats.name,
+                definition=stats.definition,
+                status="identified" if stats.kept else "rejected",
+                statistics={
+                    k: v
+                    for k, v in msgspec.to_builtins(stats).items()
+                    if k
+                    not in (
+                        "name",
+                        "definition",
+                        "failed_examples",
+                        "succeeded_examples",
+                        "failures_covered",
+                        "merged",
+                    )
+                },
+                evidence={
+                    "request_id": str(msg.request_id),
+                    "labeller": "deterministic",
+                    "failed_examples": stats.failed_examples,
+                    "succeeded_examples": stats.succeeded_examples,
+                    "failures_covered": stats.failures_covered,
+                    "merged": stats.merged,
+                    "trajectories": len(views),
+                    "skipped_malformed": skipped,
+                },
+            )
+            ctx.session.add(row)
+            await ctx.session.flush()
+            if stats.kept:
+                kept.append(row.id)
+        log.info(
+            "diagnosis done",
+            request=str(msg.request_id),
+            trajectories=len(views),
+            candidates=len(results),
+            kept=len(kept),
+        )
+        ctx.emit(
+            CapabilitiesIdentified(
+                agent_id=msg.agent_id,
+                capability_ids=kept,
+                cycle_id=msg.cycle_id,
+                request_id=msg.request_id,
+            )
+        )
+
+    async def _trajectories(
+        self, ctx: HandlerContext, request_id: uuid.UUID
+    ) -> tuple[list[TrajectoryView], int]:
+        """The request's train-split trajectories; malformed ones are counted and left out."""
+        rows = await ctx.session.execute(
+            select(
+                Trajectory.id,
+                Task.external_id,
+                Task.kind,
+                Task.split,
+                Trajectory.success,
+                Trajectory.reward,
+                Trajectory.messages,
+                Trajectory.reward_breakdown,
+            )
+            .join(Task, Task.id == Trajectory.task_id)
+            .where(Trajectory.request_id == request_id)
+            .order_by(Task.external_id, Trajectory.trial)
+        )
+        views: list[TrajectoryView] = []
+        skipped = 0
+        for tid, task, kind, split, success, reward, messages, breakdown in rows:
+            if split != "train":
+                # Diagnosis must never see test tasks: they are held out for evaluation.
+                log.warning("test-split trajectory left out of a diagnosis", trajectory=str(tid))
+                skipped += 1
+                continue
+            try:
+                views.append(
+                    TrajectoryView.from_stored(
+                        id=tid,
+                        task_id=task,
+                        task_kind=kind,
+                        success=success,
+                        reward=reward,
+                        messages=messages,
+                        reward_breakdown=breakdown,
+                    )
+                )
+            except MalformedTrajectoryError as exc:
+                log.warning("malformed trajectory left out of a diagnosis", error=str(exc))
+                skipped += 1
+        return views, skipped

@@ -99,6 +99,7 @@ class Service:
             )
             await self._stopping.wait()
         finally:
+            self._stopping.set()  # also when cancelled: our own close is not a lost connection
             log.info("service stopping", in_flight=len(self._tasks))
             self.metrics.set_up(False)
             await self._drain(pullers)

@@ -1,0 +1,126 @@
+"""The contrast service on real NATS and Postgres: a planted diagnosis rollout in, capabilities
+with statistics and evidence out, test-split trajectories never used."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import msgspec
+import pytest
+from sqlalchemy import select
+
+from services.contrast.config import ContrastConfig
+from services.contrast.service import build
+from shared.bus import NatsBus
+from shared.config import ServiceConfig
+from shared.messages import CapabilitiesIdentified, RolloutCompleted
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Capability, Environment, Task, Trajectory
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually
+from tests.support.planted_trajectories import episode
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+async def _plant(store: Store, request_id: uuid.UUID) -> uuid.UUID:
+    """40 failures (80% with rejected arguments) and 40 successes (10%), on train tasks; plus
+    10 test-split trajectories with the opposite pattern, which must be ignored."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="m", environment="planted")
+        env = Environment(name="planted", kind="target", spec={})
+        session.add(env)
+        await session.flush()
+        rng = random.Random(0)
+        plan = [(False, i < 32, "train") for i in range(40)] + [
+            (True, i < 4, "train") for i in range(40)
+        ]
+        plan += [(True, True, "test") for _ in range(10)]
+        for n, (success, cause, split) in enumerate(plan):
+            task = Task(
+                environment_id=env.id, external_id=f"t-{n:03d}", split=split, kind="planted"
+            )
+            session.add(task)
+            await session.flush()
+            stored = episode(cause=cause, asks=rng.random() < 0.5).stored(f"x{n}", success)
+            session.add(
+                Trajectory(
+                    agent_id=agent.id,
+                    request_id=request_id,
+                    task_id=task.id,
+                    environment_id=env.id,
+                    trial=0,
+                    messages=stored["messages"],
+                    reward=stored["reward"],
+                    success=success,
+                    reward_breakdown=stored["reward_breakdown"],
+                )
+            )
+        return agent.id
+
+
+async def test_diagnosis_finds_the_planted_capability(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    request_id = uuid.uuid4()
+    agent_id = await _plant(store, request_id)
+    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
+    service = build(ContrastConfig(**fields))
+    run = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        return (await service.health()).status == "ok"
+
+    await eventually(ready)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    done = RolloutCompleted(
+        request_id=request_id,
+        agent_id=agent_id,
+        trajectories=90,
+        successes=50,
+        mean_reward=0.5,
+        purpose="diagnose",
+    )
+    await bus.publish("acme", done, msg_id=f"done-{request_id}")
+    await bus.publish(
+        "acme",
+        msgspec.structs.replace(done, purpose="adhoc", request_id=uuid.uuid4()),
+        msg_id="adhoc",
+    )  # not a diagnosis: ignored
+
+    sub = await bus.js.pull_subscribe(
+        f"{bus.cfg.subject_prefix}.acme.capabilities.identified",
+        stream=f"{bus.cfg.stream_prefix}_EVENTS",
+    )
+    events: list[CapabilitiesIdentified] = []
+
+    async def identified() -> bool:
+        try:
+            for m in await sub.fetch(5, timeout=0.5):
+                events.append(msgspec.json.decode(m.data, type=CapabilitiesIdentified))
+        except Exception:  # noqa: BLE001  a fetch timeout: nothing yet
+            pass
+        return bool(events)
+
+    await eventually(identified, within=60)
+    [event] = events
+    assert event.request_id == request_id and event.agent_id == agent_id
+    async with store.tenant("acme") as session:
+        rows = {c.name: c for c in await session.scalars(select(Capability))}
+    kept = [rows[n] for n, c in rows.items() if c.status == "identified"]
+    assert [c.name for c in kept] == ["valid_tool_arguments"]
+    assert event.capability_ids == [kept[0].id]
+    planted = kept[0]
+    assert planted.statistics["runs_passed"] >= 8 and planted.statistics["delta"] > 0.5
+    assert planted.evidence["trajectories"] == 80 and planted.evidence["skipped_malformed"] == 10
+    assert len(planted.evidence["failures_covered"]) == 32
+    if "ask_for_missing_information" in rows:
+        assert rows["ask_for_missing_information"].status == "rejected"
+    service.stop()
+    assert await run == 0
+    await bus.close()
