@@ -16,6 +16,8 @@ import msgspec
 from shared.errors import ContractError
 
 Split = Literal["train", "test"]
+Purpose = Literal["diagnose", "evaluate", "calibrate", "adhoc"]
+"""Why a rollout runs; consumers of rollout.completed act on their own purposes only."""
 
 
 class Contract(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=False):
@@ -57,7 +59,7 @@ class RolloutRequested(Contract, frozen=True):
     adapter: str | None = None
     """A LoRA adapter the inference endpoint has loaded, or None for the agent's base model."""
     cycle_id: uuid.UUID | None = None
-    purpose: Literal["diagnose", "evaluate", "calibrate", "adhoc"] = "adhoc"
+    purpose: Purpose = "adhoc"
 
 
 class RolloutCompleted(Contract, frozen=True):
@@ -72,7 +74,7 @@ class RolloutCompleted(Contract, frozen=True):
     successes: int
     mean_reward: float
     cycle_id: uuid.UUID | None = None
-    purpose: Literal["diagnose", "evaluate", "calibrate", "adhoc"] = "adhoc"
+    purpose: Purpose = "adhoc"
 
 
 class CapabilitiesIdentified(Contract, frozen=True):

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from shared.cli import context
 from shared.cli.admin import DEFAULT_TENANT, agent, migrate, tenant
+from shared.cli.capabilities import capabilities, diagnose
 from shared.cli.context import (
     SERVICES,
     RunState,
@@ -235,7 +236,7 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-for command in (rollout, serve_model, migrate, tenant, agent):
+for command in (rollout, diagnose, capabilities, serve_model, migrate, tenant, agent):
     cli.add_command(command)
 
 

@@ -19,7 +19,7 @@ from shared.config import ServiceConfig
 from shared.envs.protocol import TaskSpec
 from shared.envs.registry import get_environment
 from shared.errors import PermanentError
-from shared.messages import RolloutRequested, Sampling, Split
+from shared.messages import Purpose, RolloutRequested, Sampling, Split
 from shared.reports import RolloutSummary, summarise_request
 from shared.store import Store
 from shared.store.agents import get_agent
@@ -57,7 +57,9 @@ async def run_rollout(
     sampling: Sampling,
     adapter: str | None,
     wait_s: float,
-) -> RolloutSummary:
+    purpose: Purpose = "adhoc",
+) -> tuple[uuid.UUID, RolloutSummary]:
+    """Publish a rollout request, follow it to the end; returns its id and summary."""
     nats_url, db_url = urls(cfg, start=False)
     if not nats_url or not db_url:
         raise click.ClickException("nothing is running: start the services first with `retrace up`")
@@ -83,13 +85,14 @@ async def run_rollout(
                 trials=trials,
                 sampling=sampling,
                 adapter=adapter,
+                purpose=purpose,
             ),
             msg_id=f"cli/{request_id}",
         )
         console.print(f"rollout {request_id}: {len(tasks)} {env.name} tasks x {trials} trials")
         await _follow(store, tenant, request_id, total, wait_s)
         async with store.tenant(tenant) as session:
-            return await summarise_request(session, request_id)
+            return request_id, await summarise_request(session, request_id)
     finally:
         await bus.close()
         await store.close()
@@ -185,7 +188,7 @@ def rollout(
     cfg = load_settings()
     sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
     try:
-        summary = asyncio.run(
+        _, summary = asyncio.run(
             run_rollout(
                 cfg,
                 agent_name=agent_name,

@@ -80,6 +80,7 @@ class Service:
         self._db_ok = (0.0, False)
         self._start_time = time.monotonic()
         self.bound_port: int | None = None
+        self._pullers: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self) -> int:
@@ -91,6 +92,7 @@ class Service:
         pullers: list[asyncio.Task[None]] = []
         try:
             pullers = await self._start()
+            self._pullers = pullers
             runner = await self._serve_http()
             self._started = True
             self.metrics.set_up(True)
@@ -185,14 +187,19 @@ class Service:
             msgs = []
             try:
                 msgs = await sub.fetch(batch=free, timeout=self.cfg.consumer.fetch_timeout)
-            except nats.errors.TimeoutError:
+            except TimeoutError:
+                # No message this time. nats-py raises both its own TimeoutError and plain
+                # asyncio.TimeoutError here; the builtin catches both.
                 pass
-            except (
-                nats.errors.ConnectionClosedError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.Error,
-            ) as exc:
+            except nats.errors.Error as exc:
                 log.warning("fetch failed; retrying", consumer=delivery.consumer, error=repr(exc))
+                await asyncio.sleep(1.0)
+            except Exception as exc:
+                log.exception(
+                    "unexpected fetch failure; retrying",
+                    consumer=delivery.consumer,
+                    error=repr(exc),
+                )
                 await asyncio.sleep(1.0)
             finally:
                 await self._release(free - len(msgs))
@@ -229,7 +236,8 @@ class Service:
         elif not self._started:
             status = "starting"
         else:
-            status = "ok" if nats_ok and db_ok else "degraded"
+            pulling = all(not t.done() for t in self._pullers)
+            status = "ok" if nats_ok and db_ok and pulling else "degraded"
         self.metrics.set_up(status == "ok")
         return Health(
             service=self.name,

@@ -81,6 +81,15 @@ async def test_message_is_handled_once(client: NatsBus, store: Store) -> None:
     await eventually(lambda: _pong_count(client, 1))
 
 
+async def test_keeps_consuming_after_idling(client: NatsBus, store: Store, running: Service) -> None:
+    # Many empty fetches in a row (fetch_timeout is 0.2 s): nats-py times some of them out
+    # with a plain asyncio.TimeoutError, which once killed the pull loop silently.
+    await asyncio.sleep(3.0)
+    assert (await running.health()).status == "ok"
+    await client.publish("acme", Ping(key="late"), msg_id="m-late")
+    await eventually(lambda: _count_is(store, "late", 1), within=10)
+
+
 async def test_crash_mid_handler_is_retried_without_double_effect(
     client: NatsBus, store: Store
 ) -> None:

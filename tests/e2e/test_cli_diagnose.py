@@ -1,0 +1,87 @@
+"""`retrace diagnose` and `retrace capabilities` through the real CLI, rollout and contrast
+services on embedded defaults; the model is the oracle fake, told to fail half the tasks by
+answering without tools."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from shared.cli.rollout import pick_tasks
+from shared.envs.registry import get_environment
+from tests.e2e.test_cli_up import RETRACE, _ports_free, cli, env  # noqa: F401  (fixture)
+from tests.support.oracle_llm import OracleLLM, serve_in_thread
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    toolbox = get_environment("toolbox")
+    sample = pick_tasks([t for t in toolbox.tasks() if t.split == "train"], 12)
+    failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
+    with serve_in_thread(OracleLLM(toolbox, fail=failing).app()) as model_url:
+        env = {**env, "RETRACE_MODEL_URL": model_url}
+        offset = next(o for o in range(24_000, 40_000, 41) if _ports_free(o))
+        up = subprocess.Popen(
+            [
+                *RETRACE,
+                "up",
+                "--only",
+                "rollout",
+                "--only",
+                "contrast",
+                "--port-offset",
+                str(offset),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while cli(env, "status").returncode != 0:
+                assert up.poll() is None and time.monotonic() < deadline
+                time.sleep(1)
+            assert (
+                cli(
+                    env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox"
+                ).returncode
+                == 0
+            )
+            none_yet = cli(env, "capabilities", "bot")
+            assert none_yet.returncode == 1 and "no diagnosis" in none_yet.stderr
+            result = cli(
+                env,
+                "diagnose",
+                "bot",
+                "--tasks",
+                "12",
+                "--trials",
+                "1",
+                "--wait",
+                "60",
+                timeout=200,
+            )
+            assert result.returncode == 0, result.stderr + result.stdout
+            assert "use_tools_when_needed" in result.stdout and "kept" in result.stdout, (
+                result.stdout
+            )
+            out_json, out_png = tmp_path / "caps.json", tmp_path / "caps.png"
+            shown = cli(env, "capabilities", "bot", "--json", str(out_json), "--plot", str(out_png))
+            assert shown.returncode == 0, shown.stderr
+            caps = json.loads(out_json.read_text())
+            kept = [c["name"] for c in caps if c["status"] == "identified"]
+            assert "use_tools_when_needed" in kept
+            top = next(c for c in caps if c["name"] == "use_tools_when_needed")
+            assert top["statistics"]["coverage"] == pytest.approx(1.0)
+            assert len(top["evidence"]["failures_covered"]) == len(failing)
+            assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        finally:
+            up.send_signal(signal.SIGTERM)
+            up.communicate(timeout=90)
