@@ -81,9 +81,11 @@ async def test_message_is_handled_once(client: NatsBus, store: Store) -> None:
     await eventually(lambda: _pong_count(client, 1))
 
 
-async def test_keeps_consuming_after_idling(client: NatsBus, store: Store, running: Service) -> None:
+async def test_keeps_consuming_after_idling(
+    client: NatsBus, store: Store, running: Service
+) -> None:
     # Many empty fetches in a row (fetch_timeout is 0.2 s): nats-py times some of them out
-    # with a plain asyncio.TimeoutError, which once killed the pull loop silently.
+    # with a plain asyncio.TimeoutError, which must not stop the pull loop.
     await asyncio.sleep(3.0)
     assert (await running.health()).status == "ok"
     await client.publish("acme", Ping(key="late"), msg_id="m-late")
