@@ -1,0 +1,180 @@
+"""Accept or reject a synthetic environment from the current policy's rollouts, and retune it.
+
+`calibrate` is the acceptance rule as a pure function of the rewards, grouped per task (one
+GRPO group per seed, e.g. 100 seeds x 16 samples): mean reward and success rate inside a band,
+few groups where every sample succeeds or every sample scores zero (GRPO learns nothing from a
+constant group), and most groups informative. `adjust` moves the family's tuned knobs one step
+harder or easier, as the result says, and bumps the spec's revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from shared.envs.synthetic.families import FAMILIES
+from shared.envs.synthetic.spec import KNOB_BOUNDS, SyntheticSpec
+
+Direction = Literal["keep", "harder", "easier"]
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    seeds: int = 100
+    """Tasks rolled out per calibration (the synthesize service's plan)."""
+    samples: int = 16
+    """Rollouts per task: one GRPO group."""
+    max_regenerations: int = 5
+    """Adjust-and-retry rounds before the environment is reported as failed."""
+    min_mean: float = 0.2
+    max_mean: float = 0.6
+    """Band for the mean reward over every rollout."""
+    min_success: float = 0.2
+    max_success: float = 0.6
+    """Band for the share of rollouts that succeed."""
+    max_all_one: float = 0.2
+    """Most groups allowed where every sample succeeds."""
+    max_all_zero: float = 0.2
+    """Most groups allowed where every sample scores 0."""
+    min_informative: float = 0.5
+    """Fewest groups allowed whose rewards are not all equal."""
+    success_reward: float = 1.0
+    """A rollout succeeds when its reward reaches this."""
+    tolerance: float = 1e-9
+    """Rewards closer than this count as equal."""
+
+
+class CalibrationResult(msgspec.Struct, kw_only=True, frozen=True):
+    accepted: bool
+    direction: Direction
+    """What `adjust` will do: `keep` when accepted."""
+    groups: int
+    rollouts: int
+    mean_reward: float
+    success_rate: float
+    all_one: float
+    """Share of groups where every sample succeeded."""
+    all_zero: float
+    informative: float
+    reasons: list[str]
+    """Why it was rejected (empty when accepted)."""
+
+
+DEFAULT_CONFIG = CalibrationConfig()
+
+
+def calibrate(
+    rewards: Mapping[Any, Sequence[float]] | Iterable[Sequence[float]],
+    config: CalibrationConfig = DEFAULT_CONFIG,
+) -> CalibrationResult:
+    """Judge rollout rewards grouped per task (a mapping seed -> rewards, or a list of lists)."""
+    raw = rewards.values() if isinstance(rewards, Mapping) else rewards
+    groups = [list(group) for group in raw if len(group)]
+    flat = [r for group in groups for r in group]
+    if not flat:
+        return CalibrationResult(
+            accepted=False, direction="keep", groups=0, rollouts=0, mean_reward=0.0,
+            success_rate=0.0, all_one=0.0, all_zero=0.0, informative=0.0,
+            reasons=["no rollouts to calibrate on"],
+        )  # fmt: skip
+    tol = config.tolerance
+
+    def succeeded(reward: float) -> bool:
+        return reward >= config.success_reward - tol
+
+    def share(test: Callable[[list[float]], bool]) -> float:
+        return sum(1 for group in groups if test(group)) / len(groups)
+
+    mean = sum(flat) / len(flat)
+    success = sum(1 for r in flat if succeeded(r)) / len(flat)
+    all_one = share(lambda group: all(succeeded(r) for r in group))
+    all_zero = share(lambda group: all(r <= tol for r in group))
+    informative = share(lambda group: max(group) - min(group) > tol)
+    easy = _easy_reasons(config, mean, success, all_one)
+    hard = _hard_reasons(config, mean, success, all_zero)
+    reasons = [*easy, *hard]
+    if informative < config.min_informative:
+        reasons.append(
+            f"only {informative:.0%} of groups have differing rewards "
+            f"(at least {config.min_informative:.0%})"
+        )
+    return CalibrationResult(
+        accepted=not reasons,
+        direction=_direction(config, mean, easy, hard) if reasons else "keep",
+        groups=len(groups),
+        rollouts=len(flat),
+        mean_reward=round(mean, 6),
+        success_rate=round(success, 6),
+        all_one=round(all_one, 6),
+        all_zero=round(all_zero, 6),
+        informative=round(informative, 6),
+        reasons=reasons,
+    )
+
+
+def _direction(
+    config: CalibrationConfig, mean: float, easy: list[str], hard: list[str]
+) -> Direction:
+    """Harder when only too-easy signs show, easier when only too-hard ones do; when both or
+    neither do (constant groups at both ends, or at a middling reward), the mean decides."""
+    if easy and not hard:
+        return "harder"
+    if hard and not easy:
+        return "easier"
+    return "harder" if mean > (config.min_mean + config.max_mean) / 2 else "easier"
+
+
+def _easy_reasons(config: CalibrationConfig, mean: float, success: float, ones: float) -> list[str]:
+    reasons = []
+    if mean > config.max_mean:
+        reasons.append(f"too easy: mean reward {mean:.3f} above {config.max_mean}")
+    if success > config.max_success:
+        reasons.append(f"too easy: success rate {success:.3f} above {config.max_success}")
+    if ones > config.max_all_one:
+        reasons.append(
+            f"too easy: {ones:.0%} of groups succeed in every sample (at most "
+            f"{config.max_all_one:.0%})"
+        )
+    return reasons
+
+
+def _hard_reasons(
+    config: CalibrationConfig, mean: float, success: float, zeros: float
+) -> list[str]:
+    reasons = []
+    if mean < config.min_mean:
+        reasons.append(f"too hard: mean reward {mean:.3f} below {config.min_mean}")
+    if success < config.min_success:
+        reasons.append(f"too hard: success rate {success:.3f} below {config.min_success}")
+    if zeros > config.max_all_zero:
+        reasons.append(
+            f"too hard: {zeros:.0%} of groups score 0 in every sample (at most "
+            f"{config.max_all_zero:.0%})"
+        )
+    return reasons
+
+
+def adjust(spec: SyntheticSpec, result: CalibrationResult) -> SyntheticSpec:
+    """The spec one step harder or easier on each knob its family tunes, revision bumped.
+
+    An accepted result returns the spec unchanged. Knobs stop at their bounds (and
+    `distractor_tools` at the number of distractor tools the spec lists); when every knob is
+    already there only the revision moves, and the caller's regeneration budget ends the loop.
+    """
+    if result.direction == "keep":
+        return spec
+    sign = 1 if result.direction == "harder" else -1
+    family = FAMILIES.get(spec.scenario)
+    moved: dict[str, Any] = {}
+    for knob in family.tunes if family else ():
+        low, high, step = KNOB_BOUNDS[knob]
+        if knob == "distractor_tools":
+            high = min(high, len(spec.offered("distractor")))
+        value = getattr(spec.knobs, knob)
+        target = min(high, max(low, value + sign * step))
+        moved[knob] = int(target) if isinstance(value, int) else round(float(target), 4)
+    knobs = msgspec.structs.replace(spec.knobs, **moved)
+    return msgspec.structs.replace(spec, knobs=knobs, revision=spec.revision + 1)

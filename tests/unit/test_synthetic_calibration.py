@@ -1,0 +1,134 @@
+"""synthetic calibration: the acceptance rule over grouped rewards, and knob adjustment."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from shared.envs.synthetic import (
+    CalibrationConfig,
+    SyntheticEnvironment,
+    adjust,
+    calibrate,
+    check_deterministic,
+    family_spec,
+    toolbox_schemas,
+    validate,
+)
+from shared.envs.synthetic.families import FAMILIES
+from shared.envs.synthetic.spec import KNOB_BOUNDS
+
+SAMPLES = 16
+
+
+def groups(*pattern: tuple[int, list[float]]) -> dict[str, list[float]]:
+    """`(count, rewards)` pairs -> that many groups with those rewards, keyed like seeds."""
+    out: dict[str, list[float]] = {}
+    for count, rewards in pattern:
+        for _ in range(count):
+            out[f"seed-{len(out):03d}"] = list(rewards)
+    return out
+
+
+WELL_POSED = groups(
+    (70, [1.0] * 5 + [0.5] * 4 + [0.0] * 7),  # mixed groups: informative
+    (15, [1.0] * 16),
+    (15, [0.0] * 16),
+)
+TRIVIAL = groups((100, [1.0] * SAMPLES))
+IMPOSSIBLE = groups((100, [0.0] * SAMPLES))
+
+
+def test_a_well_posed_distribution_is_accepted() -> None:
+    result = calibrate(WELL_POSED)
+    assert result.accepted and result.reasons == [] and result.direction == "keep"
+    assert result.groups == 100 and result.rollouts == 1600
+    assert result.mean_reward == pytest.approx((70 * 7 + 15 * 16) / 1600)
+    assert result.success_rate == pytest.approx((70 * 5 + 15 * 16) / 1600)
+    assert (result.all_one, result.all_zero, result.informative) == (0.15, 0.15, 0.7)
+    as_lists = calibrate(list(WELL_POSED.values()))
+    assert msgspec.to_builtins(as_lists) == msgspec.to_builtins(result)
+
+
+def test_all_successes_are_rejected_as_too_easy() -> None:
+    result = calibrate(TRIVIAL)
+    assert not result.accepted and result.direction == "harder"
+    text = "\n".join(result.reasons)
+    assert "too easy: mean reward 1.000 above 0.6" in text
+    assert "too easy: success rate 1.000 above 0.6" in text
+    assert "too easy: 100% of groups succeed in every sample" in text
+    assert "only 0% of groups have differing rewards" in text
+    assert "too hard" not in text
+
+
+def test_all_zeros_are_rejected_as_too_hard() -> None:
+    result = calibrate(IMPOSSIBLE)
+    assert not result.accepted and result.direction == "easier"
+    text = "\n".join(result.reasons)
+    assert "too hard: mean reward 0.000 below 0.2" in text
+    assert "too hard: 100% of groups score 0 in every sample" in text
+    assert "too easy" not in text
+
+
+def test_each_threshold_binds_on_its_own_and_comes_from_the_config() -> None:
+    # mean and success in band, but too many constant groups on both sides
+    split = calibrate(groups((30, [1.0] * 16), (30, [0.0] * 16), (40, [1.0] * 4 + [0.0] * 12)))
+    assert not split.accepted
+    assert any("succeed in every sample" in r for r in split.reasons)
+    assert any("score 0 in every sample" in r for r in split.reasons)
+    # graded but never a full success: mean fine, success rate too low
+    partial = calibrate(groups((100, [0.5, 0.3, 0.4, 0.2])))
+    assert partial.reasons == ["too hard: success rate 0.000 below 0.2"]
+    assert partial.direction == "easier"
+    lenient = CalibrationConfig(min_success=0.0)
+    assert calibrate(groups((100, [0.5, 0.3, 0.4, 0.2])), lenient).accepted
+    assert calibrate({}).reasons == ["no rollouts to calibrate on"]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_adjust_moves_the_tuned_knobs_the_right_way_and_is_deterministic(family: str) -> None:
+    spec = family_spec(family, f"trains_{family}")
+    easy, hard = calibrate(TRIVIAL), calibrate(IMPOSSIBLE)
+    harder, easier = adjust(spec, easy), adjust(spec, hard)
+    assert adjust(spec, easy) == harder and adjust(spec, hard) == easier
+    assert harder.revision == easier.revision == spec.revision + 1
+    assert adjust(spec, calibrate(WELL_POSED)) == spec
+    tuned = FAMILIES[family].tunes
+    for knob in KNOB_BOUNDS:
+        before, up, down = (getattr(s.knobs, knob) for s in (spec, harder, easier))
+        if knob not in tuned:
+            assert before == up == down, knob
+            continue
+        assert up >= before >= down and up > down, knob
+        assert type(up) is type(before) is type(down), knob
+    for moved in (harder, easier):
+        assert validate(moved, toolbox_schemas()) == []
+        assert moved.checks == spec.checks and moved.tools == spec.tools
+
+
+def test_adjust_stops_at_the_bounds() -> None:
+    spec = family_spec("recover_from_rejected_call", "recover_from_tool_errors")
+    easy = calibrate(TRIVIAL)
+    for _ in range(10):
+        spec = adjust(spec, easy)
+    assert spec.revision == 10
+    assert spec.knobs.transient_failure_rate == 1.0 and spec.knobs.failure_repeats == 3
+    assert spec.knobs.distractor_tools == len(spec.offered("distractor"))
+    assert spec.knobs.distractors == KNOB_BOUNDS["distractors"][1]
+    assert validate(spec, toolbox_schemas()) == []
+    hard = calibrate(IMPOSSIBLE)
+    for _ in range(10):
+        spec = adjust(spec, hard)
+    assert spec.knobs.transient_failure_rate == 0.0 and spec.knobs.failure_repeats == 1
+    assert spec.knobs.distractors == 0 and spec.knobs.distractor_tools == 0
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_hardest_and_easiest_settings_still_make_sound_environments(family: str) -> None:
+    spec = family_spec(family, f"trains_{family}")
+    for result in (calibrate(TRIVIAL), calibrate(IMPOSSIBLE)):
+        extreme = spec
+        for _ in range(8):
+            extreme = adjust(extreme, result)
+        assert check_deterministic(extreme, range(3)) == []
+        assert len(SyntheticEnvironment(extreme).tasks()) == 200
