@@ -11,8 +11,8 @@ from sqlalchemy.dialects.postgresql import insert
 from services.rollout.config import RolloutConfig
 from services.rollout.tasks import import_tasks, select_tasks
 from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
-from shared.envs.registry import get_environment
 from shared.envs.runner import EpisodeResult, run_episode
 from shared.errors import PermanentError
 from shared.llm.client import LLMClient
@@ -41,11 +41,13 @@ class RolloutHandlers:
         agent = await ctx.session.get(Agent, msg.agent_id)
         if agent is None:
             raise PermanentError(f"no agent {msg.agent_id} for tenant {ctx.tenant}")
-        env = get_environment(msg.environment)
+        env = await load_environment(ctx.session, msg.environment)
         tasks = select_tasks(env, msg.split, msg.task_ids)
         if not tasks:
             raise PermanentError(f"{msg.environment} has no tasks for split {msg.split!r}")
-        env_id, task_rows = await import_tasks(ctx.store, ctx.tenant, env)
+        env_id, task_rows = await import_tasks(
+            ctx.store, ctx.tenant, env, parse_ref(msg.environment)[1]
+        )
         done = await self._stored(ctx, msg.request_id)
         todo = [
             (t, trial)

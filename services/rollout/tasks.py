@@ -15,7 +15,7 @@ from shared.store.models import Task
 
 
 async def import_tasks(
-    store: Store, tenant: str, env: Environment
+    store: Store, tenant: str, env: Environment, version: int = 1
 ) -> tuple[uuid.UUID, dict[str, uuid.UUID]]:
     """Ensure the environment and all its tasks exist for `tenant`; returns the environment's id
     and task ids by external id. Safe to run concurrently and repeatedly."""
@@ -27,7 +27,7 @@ async def import_tasks(
                 id=uuid.uuid4(),
                 tenant_id=tenant,
                 name=env.name,
-                version=1,
+                version=version,
                 kind="target",
                 spec={"builtin": env.name},
                 status="ready",
@@ -37,7 +37,7 @@ async def import_tasks(
         )
         env_id = await session.scalar(
             select(EnvironmentRow.id).where(
-                EnvironmentRow.name == env.name, EnvironmentRow.version == 1
+                EnvironmentRow.name == env.name, EnvironmentRow.version == version
             )
         )
         assert env_id is not None

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+
 from shared.config import ServiceConfig
 
 DEFAULT_PORT = 8103
 
 
 class SynthesizeConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the synthesize service has no settings of its own yet."""
+    calibration_tasks: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """Tasks (GRPO groups) per calibration rollout; the paper's 100. Lower it on a CPU."""
+    calibration_samples: Annotated[int, msgspec.Meta(ge=2, le=64)] = 16
+    """Samples per task; the paper's 16."""
+    max_regenerations: Annotated[int, msgspec.Meta(ge=0)] = 5
+    """Adjust-and-recalibrate rounds before a capability's environment is reported as failed."""
+    temperature: Annotated[float, msgspec.Meta(gt=0)] = 1.0
+    """Sampling temperature of the calibration rollouts (the policy as GRPO will sample it)."""
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    determinism_seeds: Annotated[int, msgspec.Meta(ge=1)] = 3
+    """Seeds each generated spec is built twice on before it is accepted for calibration."""

@@ -1,9 +1,196 @@
-"""Handlers of the synthesize service: one async function per consumed contract."""
+"""Handlers of the synthesize service: one calibrated training environment per capability.
+
+capabilities.identified -> a spec per capability, validated and checked for determinism,
+stored as a `calibrating` environment, and a calibration rollout requested. rollout.completed
+(purpose calibrate) -> the rewards judged: accepted (`ready`, environment.ready), or the spec
+adjusted and recalibrated as a new version, up to `max_regenerations`, then `failed` with the
+numbers. Every step is one transaction; the state lives in the environments table.
+"""
 
 from __future__ import annotations
 
-from shared.bus.delivery import Handler
-from shared.messages import Contract
+import uuid
+from collections import defaultdict
 
-HANDLERS: dict[type[Contract], Handler] = {}
-"""Contract -> handler; the service creates one durable consumer per entry."""
+import msgspec
+from sqlalchemy import select
+
+from services.synthesize.config import SynthesizeConfig
+from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.loading import synthetic_ref
+from shared.envs.synthetic import (
+    CalibrationConfig,
+    SyntheticEnvironment,
+    SyntheticSpec,
+    adjust,
+    calibrate,
+    check_deterministic,
+    default_spec,
+    toolbox_schemas,
+    validate,
+)
+from shared.envs.synthetic.spec import decode
+from shared.logging import get_logger
+from shared.messages import (
+    CapabilitiesIdentified,
+    Contract,
+    EnvironmentReady,
+    RolloutCompleted,
+    RolloutRequested,
+    Sampling,
+)
+from shared.store.models import Capability, Environment, Trajectory
+
+log = get_logger(__name__)
+
+
+class SynthesizeHandlers:
+    def __init__(self, cfg: SynthesizeConfig) -> None:
+        self.cfg = cfg
+        self.calibration = CalibrationConfig(
+            seeds=cfg.calibration_tasks,
+            samples=cfg.calibration_samples,
+            max_regenerations=cfg.max_regenerations,
+        )
+
+    def table(self) -> dict[type[Contract], Handler]:
+        return {
+            CapabilitiesIdentified: self.capabilities_identified,
+            RolloutCompleted: self.rollout_completed,
+        }
+
+    async def capabilities_identified(
+        self, msg: CapabilitiesIdentified, ctx: HandlerContext
+    ) -> None:
+        for capability_id in msg.capability_ids:
+            capability = await ctx.session.get(Capability, capability_id)
+            if capability is None:
+                log.warning("capability not found; skipped", capability=str(capability_id))
+                continue
+            spec = default_spec(capability.name, capability.definition)
+            await self._calibrate(ctx, capability, msg.agent_id, msg.cycle_id, spec, attempt=0)
+
+    async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:
+        if msg.purpose != "calibrate":
+            return
+        row = await ctx.session.scalar(
+            select(Environment).where(
+                Environment.calibration["request_id"].astext == str(msg.request_id)
+            )
+        )
+        if row is None:
+            log.warning("calibration rollout of no known environment", request=str(msg.request_id))
+            return
+        capability = (
+            await ctx.session.get(Capability, row.capability_id) if row.capability_id else None
+        )
+        groups: dict[uuid.UUID, list[float]] = defaultdict(list)
+        for task_id, reward in await ctx.session.execute(
+            select(Trajectory.task_id, Trajectory.reward).where(
+                Trajectory.request_id == msg.request_id
+            )
+        ):
+            if task_id is not None:
+                groups[task_id].append(float(reward or 0.0))
+        result = calibrate(dict(groups), self.calibration)
+        attempt = int(row.calibration.get("attempt", 0))
+        row.calibration = {**row.calibration, "result": msgspec.to_builtins(result)}
+        log.info(
+            "calibration judged",
+            environment=row.name,
+            version=row.version,
+            accepted=result.accepted,
+            mean=round(result.mean_reward, 3),
+            success=round(result.success_rate, 3),
+            informative=round(result.informative, 3),
+        )
+        if result.accepted:
+            row.status = "ready"
+            if capability is not None:
+                capability.status = "synthesized"
+            ctx.emit(
+                EnvironmentReady(
+                    environment_id=row.id,
+                    capability_id=row.capability_id or row.id,
+                    cycle_id=msg.cycle_id,
+                )
+            )
+            return
+        row.status = "rejected"
+        if capability is None or attempt >= self.cfg.max_regenerations:
+            row.status = "failed"
+            if capability is not None:
+                capability.status = "synth_failed"
+                capability.evidence = {
+                    **capability.evidence,
+                    "synthesis": {
+                        "reason": "calibration failed after every regeneration",
+                        "attempts": attempt + 1,
+                        "last": msgspec.to_builtins(result),
+                    },
+                }
+            return
+        await self._calibrate(
+            ctx,
+            capability,
+            msg.agent_id,
+            msg.cycle_id,
+            adjust(decode(msgspec.json.encode(row.spec)), result),
+            attempt + 1,
+        )
+
+    async def _calibrate(
+        self,
+        ctx: HandlerContext,
+        capability: Capability,
+        agent_id: uuid.UUID,
+        cycle_id: uuid.UUID | None,
+        spec: SyntheticSpec,
+        attempt: int,
+    ) -> None:
+        """Store the spec as a new environment version and ask for its calibration rollout."""
+        problems = validate(spec, toolbox_schemas()) or check_deterministic(
+            spec, range(self.cfg.determinism_seeds)
+        )
+        if problems:
+            capability.status = "synth_failed"
+            capability.evidence = {
+                **capability.evidence,
+                "synthesis": {"reason": "invalid spec", "problems": problems},
+            }
+            log.error("generated spec rejected", capability=capability.name, problems=problems)
+            return
+        env = SyntheticEnvironment(spec)
+        tasks = sorted((t for t in env.tasks() if t.split == "train"), key=lambda t: t.id)
+        tasks = tasks[: self.cfg.calibration_tasks]
+        request_id = uuid.uuid4()
+        row = Environment(
+            name=env.name,
+            version=spec.revision + 1,
+            kind="synthetic",
+            spec=msgspec.to_builtins(spec),
+            status="calibrating",
+            capability_id=capability.id,
+            calibration={
+                "attempt": attempt,
+                "request_id": str(request_id),
+                "tasks": len(tasks),
+                "samples": self.cfg.calibration_samples,
+            },
+        )
+        ctx.session.add(row)
+        await ctx.session.flush()
+        capability.status = "synthesizing"
+        ctx.emit(
+            RolloutRequested(
+                request_id=request_id,
+                agent_id=agent_id,
+                environment=synthetic_ref(env.name, row.version),
+                task_ids=[t.id for t in tasks],
+                trials=self.cfg.calibration_samples,
+                sampling=Sampling(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens),
+                cycle_id=cycle_id,
+                purpose="calibrate",
+            ),
+            key=str(row.id),
+        )

@@ -5,6 +5,7 @@ exercised by the model tests; this fake keeps rollout tests fast and their rewar
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 import uuid
@@ -21,12 +22,19 @@ from shared.llm.openai_types import ChatRequest
 
 class OracleLLM:
     def __init__(
-        self, env: Environment, *, fail: set[str] = frozenset(), delay: float = 0.0
+        self,
+        env: Environment,
+        *,
+        fail: set[str] = frozenset(),
+        delay: float = 0.0,
+        fail_rate: float = 0.0,
     ) -> None:
         self.references: dict[str, list[dict[str, Any]]] = {}
         self.fail = fail
         self.delay = delay
         self.calls = 0
+        self.fail_rate = fail_rate
+        self._rng = random.Random(0)
         for task in env.tasks():
             episode = env.reset(task, int(task.data.get("seed", 0)))
             opening = next(m.content for m in episode.messages if m.role == "user")
@@ -40,6 +48,8 @@ class OracleLLM:
         opening = next((m.content for m in req.messages if m.role == "user"), "") or ""
         script = self.references.get(opening, [])
         turn = sum(1 for m in req.messages if m.role == "assistant")
+        if self.fail_rate and turn == 0 and self._rng.random() < self.fail_rate:
+            script = []  # this sample of the task fails: a plain refusal, no tools
         reply = (
             script[turn]
             if turn < len(script)

@@ -1,0 +1,137 @@
+"""Synthesize + rollout on real NATS and Postgres: a capability in, a calibrated synthetic
+environment out. The policy is the oracle fake failing half of its samples at random, so
+groups are informative and calibration accepts; when it always succeeds, calibration keeps
+adjusting and finally reports failure."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+from sqlalchemy import select
+
+from services.rollout.config import RolloutConfig
+from services.rollout.service import build as build_rollout
+from services.synthesize.config import SynthesizeConfig
+from services.synthesize.service import build as build_synthesize
+from shared.bus import NatsBus
+from shared.config import ModelConfig, ServiceConfig
+from shared.envs.synthetic import SyntheticEnvironment, default_spec
+from shared.messages import CapabilitiesIdentified
+from shared.runtime.service import Service
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Capability, Environment
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually
+from tests.support.oracle_llm import OracleLLM
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+NAME, DEFINITION = "report_result_to_user", "After using tools, tell the user the result."
+
+
+def _fields(cfg: ServiceConfig) -> dict[str, object]:
+    return {f: getattr(cfg, f) for f in cfg.__struct_fields__}
+
+
+async def _run(
+    cfg: ServiceConfig, fail_rate: float, store: Store, regenerations: int
+) -> list[Environment]:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="oracle", environment="toolbox")
+        capability = Capability(
+            agent_id=agent.id, name=NAME, definition=DEFINITION, status="identified"
+        )
+        session.add(capability)
+        await session.flush()
+        agent_id, capability_id = agent.id, capability.id
+    fake = OracleLLM(SyntheticEnvironment(default_spec(NAME, DEFINITION)), fail_rate=fail_rate)
+    server = TestServer(fake.app())
+    await server.start_server()
+    url = f"http://127.0.0.1:{server.port}/v1"
+    services: list[Service] = [
+        build_rollout(RolloutConfig(**{**_fields(cfg), "model": ModelConfig(url=url)})),  # type: ignore[arg-type]
+        build_synthesize(
+            SynthesizeConfig(
+                **_fields(cfg),
+                calibration_tasks=12,
+                calibration_samples=4,  # type: ignore[arg-type]
+                max_regenerations=regenerations,
+            )
+        ),
+    ]
+    runs = [asyncio.create_task(s.run()) for s in services]
+    for s in services:
+        await eventually(lambda s=s: _ok(s))
+    bus = await NatsBus.connect(cfg.nats.url or "", cfg.nats)
+    await bus.publish(
+        "acme",
+        CapabilitiesIdentified(agent_id=agent_id, capability_ids=[capability_id]),
+        msg_id=f"caps-{uuid.uuid4()}",
+    )
+
+    async def settled() -> bool:
+        async with store.tenant("acme") as session:
+            rows = list(
+                await session.scalars(select(Environment).where(Environment.kind == "synthetic"))
+            )
+        return (
+            bool(rows)
+            and all(r.status in ("ready", "rejected", "failed") for r in rows)
+            and any(r.status in ("ready", "failed") for r in rows)
+        )
+
+    await eventually(settled, within=180)
+    for s in services:
+        s.stop()
+    await asyncio.gather(*runs)
+    await bus.close()
+    await server.close()
+    async with store.tenant("acme") as session:
+        return list(
+            await session.scalars(
+                select(Environment)
+                .where(Environment.kind == "synthetic")
+                .order_by(Environment.version)
+            )
+        )
+
+
+async def test_capability_gets_a_calibrated_environment(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    [env] = await _run(service_cfg, 0.5, store, regenerations=2)
+    assert env.status == "ready" and env.version == 1 and env.name == f"synthetic/{NAME}"
+    result = env.calibration["result"]
+    assert result["accepted"] and result["groups"] == 12 and result["rollouts"] == 48
+    assert 0.2 <= result["success_rate"] <= 0.6 and result["informative"] >= 0.5
+    spec = msgspec.convert(env.spec, dict)
+    assert spec["capability"]["name"] == NAME
+    async with store.tenant("acme") as session:
+        capability = await session.scalar(select(Capability))
+    assert capability is not None and capability.status == "synthesized"
+
+
+async def test_trivial_environment_is_adjusted_then_reported(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    envs = await _run(service_cfg, 0.0, store, regenerations=1)  # the policy always succeeds
+    assert [e.status for e in envs] == ["rejected", "failed"]
+    assert [e.version for e in envs] == [1, 2]
+    assert (
+        "all" in " ".join(envs[0].calibration["result"]["reasons"])
+        or envs[0].calibration["result"]["reasons"]
+    )
+    async with store.tenant("acme") as session:
+        capability = await session.scalar(select(Capability))
+    assert capability is not None and capability.status == "synth_failed"
+    assert capability.evidence["synthesis"]["attempts"] == 2
+
+
+async def _ok(service: Service) -> bool:
+    return (await service.health()).status == "ok"
