@@ -67,7 +67,22 @@ class SynthesizeHandlers:
             if capability is None:
                 log.warning("capability not found; skipped", capability=str(capability_id))
                 continue
-            spec = default_spec(capability.name, capability.definition)
+            versions = {
+                row.version: row.status
+                for row in await ctx.session.scalars(
+                    select(Environment).where(Environment.capability_id == capability.id)
+                )
+            }
+            if any(status in ("calibrating", "ready") for status in versions.values()):
+                log.info(
+                    "capability already has an environment; skipped", capability=capability.name
+                )
+                continue
+            # A capability whose earlier environments all failed starts again after them.
+            spec = msgspec.structs.replace(
+                default_spec(capability.name, capability.definition),
+                revision=max(versions, default=0),
+            )
             await self._calibrate(ctx, capability, msg.agent_id, msg.cycle_id, spec, attempt=0)
 
     async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:

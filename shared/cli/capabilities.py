@@ -42,7 +42,7 @@ async def latest_capabilities(
         return []
     wanted = str(request_id) if request_id else rows[0].evidence.get("request_id")
     chosen = [r for r in rows if r.evidence.get("request_id") == wanted]
-    chosen.sort(key=lambda r: (r.status != "identified", -(r.statistics.get("delta") or -9)))
+    chosen.sort(key=lambda r: (not r.statistics.get("kept"), -(r.statistics.get("delta") or -9)))
     return [
         {
             "id": str(r.id),
@@ -73,7 +73,8 @@ def print_capabilities(caps: list[dict[str, Any]]) -> None:
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         table.add_row(
             c["name"],
-            "[green]kept" if c["status"] == "identified" else "rejected",
+            "[green]kept" if st.get("kept") else "rejected",
+            c["status"],
             fmt(st.get("coverage")),
             f"{fmt(st.get('delta'))} ± {fmt(st.get('delta_std'))}",
             f"{st.get('runs_passed')}/{st.get('runs')}",
@@ -93,7 +94,7 @@ def plot(caps: list[dict[str, Any]], path: Path) -> None:
         st = c["statistics"]
         if st.get("coverage") is None or st.get("delta") is None:
             continue
-        kept = c["status"] == "identified"
+        kept = bool(st.get("kept"))
         ax.errorbar(
             st["coverage"],
             st["delta"],

@@ -30,6 +30,7 @@ from shared.cli.rollout import rollout
 from shared.cli.serve import serve_model
 from shared.cli.status import Report, collect
 from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
+from shared.cli.synthesize import synthesize
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
 from shared.logging import configure_logging
@@ -236,7 +237,7 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-for command in (rollout, diagnose, capabilities, serve_model, migrate, tenant, agent):
+for command in (rollout, diagnose, capabilities, synthesize, serve_model, migrate, tenant, agent):
     cli.add_command(command)
 
 

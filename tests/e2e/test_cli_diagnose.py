@@ -1,6 +1,6 @@
-"""`retrace diagnose` and `retrace capabilities` through the real CLI, rollout and contrast
-services on embedded defaults; the model is the oracle fake, told to fail half the tasks by
-answering without tools."""
+"""`retrace diagnose`, `capabilities` and `synthesize` through the real CLI and the rollout,
+contrast and synthesize services on embedded defaults; the model is the oracle fake, told to
+fail half the tasks by answering without tools."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
     sample = pick_tasks([t for t in toolbox.tasks() if t.split == "train"], 12)
     failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
     with serve_in_thread(OracleLLM(toolbox, fail=failing).app()) as model_url:
-        env = {**env, "RETRACE_MODEL_URL": model_url}
+        env = {
+            **env,
+            "RETRACE_MODEL_URL": model_url,
+            # A tiny calibration: the oracle knows no synthetic task, so it is rejected at once.
+            "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
+            "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
+            "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
+        }
         offset = next(o for o in range(24_000, 40_000, 41) if _ports_free(o))
         up = subprocess.Popen(
             [
@@ -35,6 +42,8 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
                 "rollout",
                 "--only",
                 "contrast",
+                "--only",
+                "synthesize",
                 "--port-offset",
                 str(offset),
             ],
@@ -76,12 +85,17 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
             shown = cli(env, "capabilities", "bot", "--json", str(out_json), "--plot", str(out_png))
             assert shown.returncode == 0, shown.stderr
             caps = json.loads(out_json.read_text())
-            kept = [c["name"] for c in caps if c["status"] == "identified"]
+            kept = [c["name"] for c in caps if c["statistics"]["kept"]]
             assert "use_tools_when_needed" in kept
             top = next(c for c in caps if c["name"] == "use_tools_when_needed")
             assert top["statistics"]["coverage"] == pytest.approx(1.0)
             assert len(top["evidence"]["failures_covered"]) == len(failing)
             assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            synthesized = cli(env, "synthesize", "bot", "--wait", "120", timeout=200)
+            assert synthesized.returncode == 0, synthesized.stderr + synthesized.stdout
+            assert "synthetic/" in synthesized.stdout and "failed" in synthesized.stdout, (
+                synthesized.stdout
+            )
         finally:
             up.send_signal(signal.SIGTERM)
             up.communicate(timeout=90)
