@@ -12,15 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.serve_throughput import _wait_up
+from benchmarks.model_server import spawn, wait_up
 from shared.cli.rollout import pick_tasks
 from shared.envs.registry import get_environment
 from shared.envs.runner import run_episode
@@ -112,24 +109,8 @@ async def main() -> None:
     url = args.url or f"http://127.0.0.1:{args.port}"
     proc = None
     if args.url is None:
-        proc = subprocess.Popen(  # noqa: ASYNC220  (a benchmark: blocking is fine here)
-            [
-                sys.executable,
-                "-m",
-                "shared.cli.main",
-                "serve-model",
-                "--port",
-                str(args.port),
-                "--threads",
-                str(args.threads),
-                "--max-batch",
-                "32",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ},
-        )
-        await _wait_up(url, proc)
+        proc = spawn(args.port, args.threads)
+        await wait_up(url, proc)
     rows = []
     try:
         async with LLMClient(url) as client:

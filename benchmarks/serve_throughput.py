@@ -16,13 +16,12 @@ import os
 import platform
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 
+from benchmarks.model_server import spawn, wait_up
 from shared.envs.registry import get_environment
 from shared.envs.runner import run_episode
 from shared.llm.client import LLMClient
@@ -34,21 +33,6 @@ async def _generated_tokens(url: str) -> float:
         text = await r.text()
     match = re.search(r"^retrace_model_generated_tokens (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
-
-
-async def _wait_up(url: str, proc: subprocess.Popen[bytes], limit_s: float = 300) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("serve-model exited")
-        try:
-            async with aiohttp.ClientSession() as s, s.get(url + "/healthz") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(1)
-    raise SystemExit("serve-model did not come up")
 
 
 async def _load(
@@ -153,26 +137,10 @@ async def main() -> None:
     baseline = _sequential_generate(args, args.baseline_prompts)
     print("sequential generate:", json.dumps(baseline), flush=True)
     url = f"http://127.0.0.1:{args.port}"
-    proc = subprocess.Popen(  # noqa: ASYNC220  (a benchmark: blocking is fine here)
-        [
-            sys.executable,
-            "-m",
-            "shared.cli.main",
-            "serve-model",
-            "--port",
-            str(args.port),
-            "--threads",
-            str(args.threads),
-            "--max-batch",
-            "32",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ},
-    )
+    proc = spawn(args.port, args.threads)
     levels = []
     try:
-        await _wait_up(url, proc)
+        await wait_up(url, proc)
         for concurrency, episodes in zip(args.concurrency, args.episodes_per_level, strict=True):
             level = await _load(url, concurrency, episodes, args)
             level["ratio_vs_sequential"] = (
