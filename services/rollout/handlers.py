@@ -14,7 +14,7 @@ from shared.bus.delivery import Handler, HandlerContext
 from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
-from shared.errors import PermanentError
+from shared.errors import PermanentError, RetryableError
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import Contract, RolloutCompleted, RolloutRequested, Sampling
@@ -83,9 +83,20 @@ class RolloutHandlers:
                     sampling=_sampling(msg.sampling, trial),
                     max_turns=self.cfg.max_turns,
                 )
+            if result.model_error:
+                # The endpoint failed, not the agent: storing a zero would bias every statistic
+                # and the resume would never retry it. Fail the request; it is redelivered.
+                raise RetryableError(f"{task.id} trial {trial}: {result.error}")
             await self._store(ctx, msg, agent.id, env_id, task_rows[task.id], trial, model, result)
 
-        await asyncio.gather(*(one(t, trial) for t, trial in todo))
+        # A TaskGroup cancels the remaining episodes when one fails, so a retried request never
+        # races the leftovers of its previous delivery.
+        try:
+            async with asyncio.TaskGroup() as group:
+                for t, trial in todo:
+                    group.create_task(one(t, trial))
+        except* RetryableError as errors:
+            raise errors.exceptions[0] from None
         count, successes, mean = await self._summary(ctx, msg.request_id)
         ctx.emit(
             RolloutCompleted(

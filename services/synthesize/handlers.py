@@ -13,7 +13,7 @@ import uuid
 from collections import defaultdict
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from services.synthesize.config import SynthesizeConfig
 from shared.bus.delivery import Handler, HandlerContext
@@ -179,9 +179,14 @@ class SynthesizeHandlers:
         tasks = sorted((t for t in env.tasks() if t.split == "train"), key=lambda t: t.id)
         tasks = tasks[: self.cfg.calibration_tasks]
         request_id = uuid.uuid4()
+        # Versions count per name across capabilities, cycles and agents of the tenant: the
+        # same capability found again gets a new version, never a clash.
+        latest = await ctx.session.scalar(
+            select(func.max(Environment.version)).where(Environment.name == env.name)
+        )
         row = Environment(
             name=env.name,
-            version=spec.revision + 1,
+            version=(latest or 0) + 1,
             kind="synthetic",
             spec=msgspec.to_builtins(spec),
             status="calibrating",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from shared.store import Store
 from shared.store.models import ProcessedMessage
 
 log = get_logger(__name__)
+MAX_ID = 150
+"""Longest incoming message id stored as is (the column holds 200)."""
 
 
 @dataclass
@@ -66,9 +69,23 @@ class HandlerContext:
                 "stage": message.STAGE,
                 "event": message.EVENT,
                 "payload": msgspec.to_builtins(message),
-                "msg_id": f"{self.msg_id}/{message.kind()}/{suffix}",
+                "msg_id": child_id(self.msg_id, message.kind(), suffix),
             }
         )
+
+
+def child_id(parent: str, kind: str, suffix: str) -> str:
+    """The id of a message emitted while handling `parent`: deterministic (a re-publish is a
+    duplicate) and of fixed length, however long the chain of messages that led to it."""
+    digest = hashlib.sha256(f"{parent}/{kind}/{suffix}".encode()).hexdigest()[:32]
+    return f"{kind}/{digest}"
+
+
+def record_id(msg_id: str) -> str:
+    """The `processed_messages` key for an incoming id (ids from outside may be any length)."""
+    if len(msg_id) <= MAX_ID:
+        return msg_id
+    return "sha256/" + hashlib.sha256(msg_id.encode()).hexdigest()
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[None]]
@@ -90,7 +107,9 @@ class Delivery:
         started = time.perf_counter()
         meta = msg.metadata
         attempt = meta.num_delivered
-        msg_id = (msg.headers or {}).get(MSG_ID) or f"{meta.stream}:{meta.sequence.stream}"
+        msg_id = record_id(
+            (msg.headers or {}).get(MSG_ID) or f"{meta.stream}:{meta.sequence.stream}"
+        )
         bound = log.bind(
             consumer=self.consumer, subject=msg.subject, msg_id=msg_id, attempt=attempt
         )
@@ -105,7 +124,14 @@ class Delivery:
                 await self._dead_letter(msg, msg_id, str(exc), "contract")
                 return
             if attempt > self.settings.max_deliver:
-                # Earlier deliveries never finished (the process died or hung): stop here.
+                # Earlier deliveries never finished (the process died or hung, or the outbox
+                # could not be published). Committed work still gets its messages out.
+                outbox = await self._processed_outbox(tenant, msg_id)
+                if outbox is not None:
+                    await self._publish_outbox(tenant, outbox)
+                    await msg.ack()
+                    outcome = "duplicate"
+                    return
                 outcome = "dead_lettered"
                 error = f"delivered {attempt} times without completing"
                 bound.error("message exhausted its deliveries", error=error)
@@ -125,8 +151,10 @@ class Delivery:
         self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int, bound: Any
     ) -> str:
         heartbeat = asyncio.create_task(self._heartbeat(msg))
+        committed = False
         try:
             outbox, duplicate = await self._run_once(msg, tenant, message, msg_id, attempt)
+            committed = True
             await self._publish_outbox(tenant, outbox)
             await msg.ack()
             if duplicate:
@@ -139,6 +167,12 @@ class Delivery:
             await self._dead_letter(msg, msg_id, str(exc), kind)
             return "dead_lettered"
         except Exception as exc:  # noqa: BLE001  boundary: any handler failure is retried, then dead-lettered
+            if committed:
+                # The effects are stored; only publishing failed. Never dead-letter that: a
+                # redelivery re-publishes the stored outbox (see the top of `process`).
+                bound.error("outbox publish failed after commit; will retry", error=repr(exc))
+                await msg.nak(delay=self.settings.backoff[-1] if self.settings.backoff else 1.0)
+                return "retried"
             if attempt >= self.settings.max_deliver:
                 bound.error("handler failed on its last delivery; dead-lettered", error=repr(exc))
                 await self._dead_letter(msg, msg_id, repr(exc), "exhausted")
@@ -189,6 +223,11 @@ class Delivery:
             if "processed_messages_tenant_id" in str(exc.orig):
                 raise ContractError(f"unknown tenant {tenant!r}") from exc
             raise
+
+    async def _processed_outbox(self, tenant: str, msg_id: str) -> list[dict[str, Any]] | None:
+        async with self.store.tenant(tenant) as session:
+            done = await session.get(ProcessedMessage, (self.consumer, msg_id))
+            return list(done.outbox) if done is not None else None
 
     async def _publish_outbox(self, tenant: str, outbox: list[dict[str, Any]]) -> None:
         prefix = self.bus.cfg.subject_prefix

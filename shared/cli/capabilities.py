@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import click
+from nats.js.api import ConsumerConfig, DeliverPolicy
 from rich.table import Table
 from sqlalchemy import select
 
-from shared.cli.context import load_settings, make_console, open_store
+from shared.bus import NatsBus
+from shared.bus.streams import stream_for
+from shared.cli.context import load_settings, make_console, open_store, urls
 from shared.cli.rollout import print_summary, run_rollout
 from shared.config import ServiceConfig
 from shared.errors import PermanentError
-from shared.messages import Sampling
+from shared.messages import CapabilitiesIdentified, Sampling, decode
 from shared.store.agents import get_agent
 from shared.store.models import Capability
 
@@ -184,27 +187,46 @@ def diagnose(
     cfg = load_settings()
 
     async def run() -> list[dict[str, Any]]:
-        request_id, summary = await run_rollout(
-            cfg,
-            agent_name=agent_name,
-            tenant=tenant,
-            env_ref=None,
-            split="train",
-            limit=limit,
-            trials=trials,
-            sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
-            adapter=None,
-            wait_s=wait_s,
-            purpose="diagnose",
-        )
-        print_summary(summary)
-        deadline = time.monotonic() + wait_s
-        with console.status("contrasting successes and failures"):
-            while time.monotonic() < deadline:
-                caps = await latest_capabilities(cfg, tenant, agent_name, request_id)
-                if caps or await _contrast_done(cfg, tenant, request_id):
-                    return caps
-                await asyncio.sleep(1.0)
+        nats_url, _ = urls(cfg, start=False)
+        if not nats_url:
+            raise click.ClickException(
+                "nothing is running: start the services first with `retrace up`"
+            )
+        bus = await NatsBus.connect(nats_url, cfg.nats)
+        try:
+            # Listen before the rollout starts, so contrast's answer cannot be missed.
+            answers = await bus.js.pull_subscribe(
+                bus.subject(tenant, CapabilitiesIdentified),
+                stream=stream_for(cfg.nats, CapabilitiesIdentified),
+                config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW, inactive_threshold=600),
+            )
+            request_id, summary = await run_rollout(
+                cfg,
+                agent_name=agent_name,
+                tenant=tenant,
+                env_ref=None,
+                split="train",
+                limit=limit,
+                trials=trials,
+                sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
+                adapter=None,
+                wait_s=wait_s,
+                purpose="diagnose",
+            )
+            print_summary(summary)
+            deadline = time.monotonic() + wait_s
+            with console.status("contrasting successes and failures"):
+                while time.monotonic() < deadline:
+                    try:
+                        batch = await answers.fetch(10, timeout=2.0)
+                    except TimeoutError:
+                        continue
+                    for m in batch:
+                        await m.ack()
+                        if decode(m.data, CapabilitiesIdentified).request_id == request_id:  # type: ignore[attr-defined]
+                            return await latest_capabilities(cfg, tenant, agent_name, request_id)
+        finally:
+            await bus.close()
         raise click.ClickException("contrast did not finish: is the contrast service running?")
 
     try:
@@ -215,16 +237,3 @@ def diagnose(
         print_capabilities(caps)
     else:
         console.print("no candidate capability separates failures from successes in this rollout")
-
-
-async def _contrast_done(cfg: ServiceConfig, tenant: str, request_id: uuid.UUID) -> bool:
-    """Contrast processed the rollout even if it stored nothing (no candidates)."""
-    from shared.store.models import ProcessedMessage
-
-    async with open_store(cfg) as store, store.tenant(tenant) as session:
-        rows = await session.scalars(
-            select(ProcessedMessage.msg_id).where(
-                ProcessedMessage.consumer == "contrast-rollout-completed"
-            )
-        )
-        return any(str(request_id) in m for m in rows)

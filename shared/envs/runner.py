@@ -32,6 +32,8 @@ class EpisodeResult:
     latency_ms: float = 0.0
     turns: int = 0
     error: str | None = None
+    model_error: bool = False
+    """The episode ended because the model endpoint failed (not the agent's doing)."""
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Each tool call: name, arguments, ok, error."""
 
@@ -54,6 +56,7 @@ async def run_episode(
     started = time.perf_counter()
     tokens = turns = 0
     error: str | None = None
+    model_error = False
     for turn in range(max_turns):
         request = ChatRequest(
             model=model,
@@ -66,8 +69,15 @@ async def run_episode(
         )
         try:
             response = await client.chat(request)
-        except (LLMError, PermanentError, OSError, TimeoutError) as exc:
+        except PermanentError as exc:
+            # The endpoint refused this conversation (e.g. it outgrew the context window):
+            # the episode ends here and is scored as it stands.
+            error = f"model refused turn {turn + 1}: {exc}"
+            log.warning("episode ended by a refused model call", task=task.id, error=str(exc))
+            break
+        except (LLMError, OSError, TimeoutError) as exc:
             error = f"model call failed on turn {turn + 1}: {exc}"
+            model_error = True
             log.warning("episode ended by a model error", task=task.id, error=str(exc))
             break
         tokens += response.usage.completion_tokens
@@ -95,5 +105,12 @@ async def run_episode(
         for c in getattr(episode, "calls", [])
     ]
     return EpisodeResult(
-        record, score, tokens, (time.perf_counter() - started) * 1000, turns, error, calls
+        record,
+        score,
+        tokens,
+        (time.perf_counter() - started) * 1000,
+        turns,
+        error,
+        model_error,
+        calls,
     )

@@ -74,8 +74,6 @@ class Service:
         self._stopping = asyncio.Event()
         self._started = False
         self._exit_code = 0
-        self._in_flight = 0
-        self._capacity = asyncio.Condition()
         self._tasks: set[asyncio.Task[None]] = set()
         self._db_ok = (0.0, False)
         self._start_time = time.monotonic()
@@ -178,12 +176,13 @@ class Service:
 
     # -- pulling ---------------------------------------------------------------------------
     async def _pull(self, delivery: Delivery, sub: JetStreamContext.PullSubscription) -> None:
-        limit = self.cfg.consumer.concurrency
+        """Fetch for one consumer while it has fewer than `concurrency` messages in flight.
+
+        Each consumer has its own slots: a long poll on an idle subject must not hold the
+        capacity another consumer needs."""
+        slots = _Slots(self.cfg.consumer.concurrency)
         while not self._stopping.is_set():
-            async with self._capacity:
-                await self._capacity.wait_for(lambda: self._in_flight < limit)
-                free = limit - self._in_flight
-                self._in_flight += free  # reserve the slots this fetch may fill
+            free = await slots.reserve_free()
             msgs = []
             try:
                 msgs = await sub.fetch(batch=free, timeout=self.cfg.consumer.fetch_timeout)
@@ -202,14 +201,14 @@ class Service:
                 )
                 await asyncio.sleep(1.0)
             finally:
-                await self._release(free - len(msgs))
+                await slots.release(free - len(msgs))
             for msg in msgs:
-                task = asyncio.create_task(self._run(delivery, msg))
+                task = asyncio.create_task(self._run(delivery, msg, slots))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            self.metrics.in_flight.set(self._in_flight)
+            self.metrics.in_flight.set(len(self._tasks))
 
-    async def _run(self, delivery: Delivery, msg: Msg) -> None:
+    async def _run(self, delivery: Delivery, msg: Msg, slots: _Slots) -> None:
         try:
             await delivery.process(msg)
         except asyncio.CancelledError:
@@ -217,15 +216,7 @@ class Service:
         except Exception as exc:
             log.exception("delivery failed outside the handler", error=repr(exc))
         finally:
-            await self._release(1)
-
-    async def _release(self, slots: int) -> None:
-        if slots <= 0:
-            return
-        async with self._capacity:
-            self._in_flight -= slots
-            self._capacity.notify_all()
-        self.metrics.in_flight.set(self._in_flight)
+            await slots.release(1)
 
     # -- health --------------------------------------------------------------------------
     async def health(self) -> Health:
@@ -262,3 +253,26 @@ class Service:
             ok = False
         self._db_ok = (time.monotonic(), ok)
         return ok
+
+
+class _Slots:
+    """In-flight accounting for one consumer: a fetch reserves the free slots it may fill."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._changed = asyncio.Condition()
+
+    async def reserve_free(self) -> int:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.used < self.limit)
+            free = self.limit - self.used
+            self.used += free
+            return free
+
+    async def release(self, count: int) -> None:
+        if count <= 0:
+            return
+        async with self._changed:
+            self.used -= count
+            self._changed.notify_all()

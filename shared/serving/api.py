@@ -45,6 +45,10 @@ from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
 MAX_N = 16
+MIN_TEMPERATURE = 1e-3
+"""Below this, float32 logits overflow when divided by the temperature."""
+MAX_SEED = 2**63 - MAX_N
+"""Each of n samples seeds its own generator with seed + i, which torch takes up to 2**63."""
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -173,8 +177,12 @@ class ModelServer:
             raise ApiError(400, "messages must not be empty")
         if not 1 <= req.n <= MAX_N:
             raise ApiError(400, f"n must be between 1 and {MAX_N}")
-        if req.temperature < 0 or req.temperature > 5:
-            raise ApiError(400, "temperature must be between 0 and 5")
+        if req.temperature < 0 or req.temperature > 5 or 0 < req.temperature < MIN_TEMPERATURE:
+            raise ApiError(
+                400, f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and 5"
+            )
+        if req.seed is not None and not 0 <= req.seed < MAX_SEED:
+            raise ApiError(400, f"seed must be between 0 and {MAX_SEED - 1}")
         if not 0 < req.top_p <= 1:
             raise ApiError(400, "top_p must be in (0, 1]")
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS

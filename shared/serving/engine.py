@@ -270,11 +270,16 @@ class Engine:
     @contextlib.contextmanager
     def _adapter(self, name: str | None) -> Iterator[None]:
         if not hasattr(self.model, "peft_config"):
+            if name is not None:
+                raise KeyError(f"adapter {name!r} was unloaded")
             yield
         elif name is None:
             with self.model.disable_adapter():
                 yield
         else:
+            if name not in self.adapters:
+                # Unloaded after the request was accepted: never answer it with another model.
+                raise KeyError(f"adapter {name!r} was unloaded")
             self.model.set_adapter(name)
             yield
 
@@ -371,6 +376,9 @@ class Engine:
             hit = _first_stop(text, params.stop, len(row.text))
             if hit is not None:
                 text, finish = text[:hit], "stop"
+            if text.endswith("\ufffd") and finish is None:
+                # Half of a multi-byte character: wait for the rest before streaming it.
+                text = row.text
             delta, row.text = text[len(row.text) :], text
             if delta and row.request.on_delta is not None:
                 row.request.loop.call_soon_threadsafe(row.request.on_delta, (row.index, delta))

@@ -17,7 +17,7 @@ from shared.messages import DeadLetter
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.tenants import create_tenant
-from tests.support.ping import Ping, create_effects, effect_counts, handle_ping
+from tests.support.ping import Ping, Pong, create_effects, effect_counts, handle_ping
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -212,3 +212,31 @@ async def _pong_ids(bus: NatsBus) -> list[str]:
 async def _dlq_size(bus: NatsBus, n: int) -> bool:
     info = await bus.js.stream_info(f"{bus.cfg.stream_prefix}_DLQ")
     return info.state.messages == n
+
+
+async def test_an_idle_consumer_does_not_starve_a_busy_one(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    # Two consumers in one service: the first (Ping) stays idle and long-polls; the second must
+    # still get its messages at once, not only when the first happens to receive something.
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    seen: list[str] = []
+
+    async def on_pong(msg: Pong, ctx: object) -> None:
+        seen.append(msg.key)
+
+    service = Service("two", service_cfg, {Ping: handle_ping, Pong: on_pong}, default_port=0)
+    task = asyncio.create_task(service.run())
+    await eventually(lambda: _started(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    for i in range(3):
+        await bus.publish("acme", Pong(key=f"p{i}"), msg_id=f"pong-{i}")
+    await eventually(lambda: _true(len(seen) == 3), within=5)
+    service.stop()
+    await asyncio.wait_for(task, 20)
+    await bus.close()
+
+
+async def _true(value: bool) -> bool:
+    return value

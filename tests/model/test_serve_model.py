@@ -64,6 +64,12 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     assert "not found" in (await post(client, chat("hi", model="nope"), 404))["error"]["message"]
     assert "n must be" in (await post(client, chat("hi", n=99), 400))["error"]["message"]
     assert "top_p" in (await post(client, chat("hi", top_p=0), 400))["error"]["message"]
+    # Values that would break the batch for everyone in it are refused up front.
+    assert (
+        "temperature"
+        in (await post(client, chat("hi", temperature=1e-300), 400))["error"]["message"]
+    )
+    assert "seed" in (await post(client, chat("hi", seed=2**64), 400))["error"]["message"]
     assert (
         "context window"
         in (await post(client, chat("hi", max_tokens=10_000_000), 400))["error"]["message"]
