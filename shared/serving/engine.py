@@ -240,6 +240,9 @@ class Engine:
                 return []
         time.sleep(self.batch_window)  # let requests sent together arrive together
         with self._wake:
+            self._pending = deque(r for r in self._pending if not r.future.done())
+            if not self._pending:
+                return []
             first = self._pending[0].group
             batch: list[Request] = []
             size = 0
@@ -317,6 +320,11 @@ class Engine:
             next_ids = []
             for k, r in enumerate(active):
                 row = rows[r]
+                if row.request.future.done():
+                    # The caller went away (client disconnected, timed out): stop generating.
+                    row.done = True
+                    next_ids.append(self._pad_id)
+                    continue
                 token = pick(logits[k], row.request.params, row.generator)
                 self._append(row, token, logits[k])
                 next_ids.append(token)

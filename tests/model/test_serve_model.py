@@ -212,3 +212,25 @@ async def test_prefix_cache_gives_the_same_tokens(loaded: tuple[object, Engine])
         assert reused.token_ids == fresh.token_ids
         for a, b in zip(fresh.logprobs, reused.logprobs, strict=True):
             assert abs(a.logprob - b.logprob) < 1e-3
+
+
+async def test_abandoned_requests_stop_generating(loaded: tuple[object, Engine]) -> None:
+    from shared.envs.protocol import Message
+    from shared.llm.openai_types import ChatRequest
+    from shared.serving.sampling import SamplingParams
+
+    server, engine = loaded
+    request = ChatRequest(
+        model="smollm2",
+        messages=[Message(role="user", content="Count from 1 to 1000, separated by commas.")],
+    )
+    ids, _ = server.prompts.build(request)  # type: ignore[attr-defined]
+    long = SamplingParams(temperature=0, max_tokens=600)
+    before = engine.stats.generated_tokens
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(engine.generate(ids, long), 1.0)
+    await asyncio.sleep(1.0)  # the engine notices at its next step
+    settled = engine.stats.generated_tokens
+    await asyncio.sleep(2.0)
+    assert engine.stats.generated_tokens == settled  # nothing more is generated for nobody
+    assert settled - before < 300  # far from the 600 a finished request would have cost
