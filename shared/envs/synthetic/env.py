@@ -9,70 +9,27 @@ tool or a bad argument comes back to the agent as an error, never as a crash.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from shared.envs.protocol import Message, Score, StepResult, TaskSpec
+from shared.envs.protocol import Score, TaskSpec
 from shared.envs.synthetic.scoring import score
 from shared.envs.synthetic.spec import InvalidSpecError, SyntheticSpec
 from shared.envs.synthetic.target import offered_toolbox, toolbox_schemas
 from shared.envs.synthetic.tasks import generate_tasks
 from shared.envs.synthetic.validation import validate
 from shared.envs.toolbox.checks import Trace
-from shared.envs.toolbox.env import MAX_STEPS, SYSTEM_PROMPT
-from shared.envs.toolbox.user import ScriptedUser
-from shared.envs.toolbox.world import World, build_world
-from shared.envs.tools import CallRecord
+from shared.envs.toolbox.env import ToolboxEpisode
+from shared.envs.tools import ToolBox
 
 
-class SyntheticEpisode:
-    def __init__(self, task: TaskSpec, seed: int) -> None:
-        data = task.data
-        self.task = task
-        self.seed = seed
-        self.world: World = build_world(data["world"], data["seed"], seed)
-        self._initial = copy.deepcopy(self.world)
-        self._toolbox = offered_toolbox(self.world, data["tools"], data["faults"])
-        self._user = ScriptedUser(data["user_replies"])
-        self.system_prompt = SYSTEM_PROMPT
-        self.tools: list[dict[str, Any]] = self._toolbox.schemas()
-        self.messages: list[Message] = [Message(role="user", content=data["request"])]
-        self.transcript: list[Message] = list(self.messages)
-        """The whole conversation after the system prompt, step results included."""
-        self.done = False
-        self.steps = 0
+class SyntheticEpisode(ToolboxEpisode):
+    """A toolbox episode offering only the task's tools and graded by the spec's checks."""
 
-    @property
-    def calls(self) -> list[CallRecord]:
-        return self._toolbox.calls
+    def _make_toolbox(self, data: dict[str, Any]) -> ToolBox:
+        return offered_toolbox(self.world, data["tools"], data["faults"])
 
-    def step(self, assistant: Message) -> StepResult:
-        if self.done:
-            return StepResult(messages=[], done=True)
-        self.steps += 1
-        self.transcript.append(assistant)
-        replies: list[Message] = []
-        if assistant.tool_calls:
-            replies = [self._toolbox.call(call) for call in assistant.tool_calls]
-        else:
-            answer = self._user.respond(assistant.content or "")
-            if answer is None:
-                self.done = True
-            else:
-                replies = [Message(role="user", content=answer)]
-        self.transcript.extend(replies)
-        self.done = self.done or self.steps >= MAX_STEPS
-        return StepResult(messages=replies, done=self.done)
-
-    def score(self) -> Score:
-        trace = Trace(
-            initial=self._initial,
-            world=self.world,
-            transcript=list(self.transcript),
-            calls=list(self.calls),
-            opening=len(self.messages),
-        )
-        return score(self.task.data, trace)
+    def _grade(self, data: dict[str, Any], trace: Trace) -> Score:
+        return score(data, trace)
 
 
 class SyntheticEnvironment:

@@ -20,7 +20,7 @@ from shared.envs.toolbox.tasks import generate_tasks
 from shared.envs.toolbox.tools import build_toolbox
 from shared.envs.toolbox.user import ScriptedUser
 from shared.envs.toolbox.world import World, build_world
-from shared.envs.tools import CallRecord
+from shared.envs.tools import CallRecord, ToolBox
 
 SYSTEM_PROMPT = """\
 You are an assistant running on the user's phone. You act only through the tools you are \
@@ -39,13 +39,16 @@ MAX_STEPS = 50
 
 
 class ToolboxEpisode:
+    """An episode over the toolbox world. Subclasses (synthetic environments) change which
+    tools are offered (`_make_toolbox`) and how the episode is graded (`_grade`)."""
+
     def __init__(self, task: TaskSpec, seed: int) -> None:
         data = task.data
         self.task = task
         self.seed = seed
         self.world: World = build_world(data["world"], data["seed"], seed)
         self._initial = copy.deepcopy(self.world)
-        self._toolbox = build_toolbox(self.world, data.get("faults", []))
+        self._toolbox = self._make_toolbox(data)
         self._user = ScriptedUser(data.get("user_replies", []))
         self.system_prompt = SYSTEM_PROMPT
         self.tools: list[dict[str, Any]] = self._toolbox.schemas()
@@ -82,6 +85,12 @@ class ToolboxEpisode:
     def _call(self, call: ToolCall) -> Message:
         return self._toolbox.call(call)
 
+    def _make_toolbox(self, data: dict[str, Any]) -> ToolBox:
+        return build_toolbox(self.world, data.get("faults", []))
+
+    def _grade(self, data: dict[str, Any], trace: Trace) -> Score:
+        return score(data, trace)
+
     def score(self) -> Score:
         trace = Trace(
             initial=self._initial,
@@ -90,7 +99,7 @@ class ToolboxEpisode:
             calls=list(self.calls),
             opening=self._opening,
         )
-        return score(self.task.data, trace)
+        return self._grade(self.task.data, trace)
 
 
 class ToolboxEnvironment:
