@@ -67,6 +67,9 @@ class Supervisor:
         while not self.stopping.is_set():
             await self._spawn(child)
             assert child.proc is not None
+            if self.stopping.is_set():
+                # Spawned while `stop` was signalling the others: it must stop too.
+                child.proc.send_signal(signal.SIGTERM)
             code = await child.proc.wait()
             if self.stopping.is_set():
                 return

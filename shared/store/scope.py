@@ -50,6 +50,8 @@ def _filter_by_tenant(state: ORMExecuteState) -> None:
     if state.is_insert:
         _check_insert_values(state, tenant)
         return
+    if state.is_update:
+        _check_update_values(state, tenant)
     state.statement = state.statement.options(
         with_loader_criteria(
             TenantOwned, lambda cls: cls.tenant_id == tenant, include_aliases=True
@@ -69,6 +71,15 @@ def _scoped_tables(statement: Any) -> set[str]:
         include_crud=True,
     )
     return {t.name for t in tables if isinstance(t, Table) and t.name in _SCOPED_TABLES}
+
+
+def _check_update_values(state: ORMExecuteState, tenant: str) -> None:
+    """An UPDATE may not move rows to another tenant (the filter only picks which rows)."""
+    values = getattr(state.statement, "_values", None) or {}
+    changed = {getattr(key, "key", str(key)) for key in values}
+    table = getattr(getattr(state.statement, "table", None), "name", None)
+    if TENANT_KEY in changed or (table == "tenants" and "id" in changed):
+        raise CrossTenantError(f"an UPDATE may not change which tenant owns a row ({tenant!r})")
 
 
 def _check_insert_values(state: ORMExecuteState, tenant: str) -> None:

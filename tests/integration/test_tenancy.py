@@ -80,6 +80,9 @@ async def test_writes_for_another_tenant_are_refused(two_tenants: Store) -> None
         async with two_tenants.tenant("beta") as session:
             agent = await get_agent(session, "bot")
             agent.tenant_id = "alpha"
+    with pytest.raises(CrossTenantError):
+        async with two_tenants.tenant("beta") as session:
+            await session.execute(update(Agent).values(tenant_id="alpha"))
     async with two_tenants.tenant("alpha") as session:
         assert sorted(a.name for a in await list_agents(session)) == ["alpha-only", "bot"]
 
