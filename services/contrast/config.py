@@ -22,3 +22,8 @@ class ContrastConfig(ServiceConfig, kw_only=True, frozen=True):
     """Lacking-rate among failures minus lacking-rate among successes, in a passing run."""
     seed: int = 0
     """Seed of the bootstrap resamples."""
+    judge_model: str | None = None
+    """A model on the inference endpoint (`RETRACE_MODEL_URL`) that proposes and labels
+    capabilities beside the deterministic catalogue; unset: deterministic only."""
+    judge_concurrency: Annotated[int, msgspec.Meta(ge=1)] = 4
+    """Judge calls at once."""

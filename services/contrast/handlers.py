@@ -8,9 +8,12 @@ import msgspec
 from sqlalchemy import select
 
 from services.contrast.config import ContrastConfig
+from services.contrast.deterministic import CATALOGUE
 from services.contrast.diagnosis import diagnose
+from services.contrast.judge import JudgeConfig, JudgeLabeller, JudgeProposer
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
 from shared.bus.delivery import Handler, HandlerContext
+from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import CapabilitiesIdentified, Contract, RolloutCompleted
 from shared.store.models import Capability, Task, Trajectory
@@ -19,8 +22,16 @@ log = get_logger(__name__)
 
 
 class ContrastHandlers:
-    def __init__(self, cfg: ContrastConfig) -> None:
+    def __init__(self, cfg: ContrastConfig, client: LLMClient | None = None) -> None:
         self.cfg = cfg
+        self.proposer: JudgeProposer | None = None
+        self.judge: JudgeLabeller | None = None
+        if cfg.judge_model and client is not None:
+            judge_cfg = JudgeConfig(
+                model=cfg.judge_model, concurrency=cfg.judge_concurrency, seed=cfg.seed
+            )
+            self.proposer = JudgeProposer(client, judge_cfg)
+            self.judge = JudgeLabeller(client, judge_cfg)
 
     def table(self) -> dict[type[Contract], Handler]:
         return {RolloutCompleted: self.rollout_completed}
@@ -30,7 +41,7 @@ class ContrastHandlers:
         if msg.purpose != "diagnose":
             return
         views, skipped = await self._trajectories(ctx, msg.request_id)
-        results = diagnose(views, self.cfg)
+        results = await diagnose(views, self.cfg, proposer=self.proposer, judge=self.judge)
         kept: list[uuid.UUID] = []
         for stats in results:
             row = Capability(
@@ -54,7 +65,9 @@ class ContrastHandlers:
                 },
                 evidence={
                     "request_id": str(msg.request_id),
-                    "labeller": "deterministic",
+                    "labeller": "judge"
+                    if self.judge and not _rule_based(stats.name)
+                    else "deterministic",
                     "failed_examples": stats.failed_examples,
                     "succeeded_examples": stats.succeeded_examples,
                     "failures_covered": stats.failures_covered,
@@ -126,3 +139,7 @@ class ContrastHandlers:
                 log.warning("malformed trajectory left out of a diagnosis", error=str(exc))
                 skipped += 1
         return views, skipped
+
+
+def _rule_based(name: str) -> bool:
+    return any(c.name == name for c in CATALOGUE)

@@ -12,8 +12,8 @@ import msgspec
 from shared.envs.protocol import Message, ToolCall
 
 
-class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True):
-    type: Literal["text", "json_object", "json_schema"] = "text"
+class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
 

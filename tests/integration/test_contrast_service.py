@@ -4,6 +4,7 @@ with statistics and evidence out, test-split trajectories never used."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 
@@ -124,3 +125,95 @@ async def test_diagnosis_finds_the_planted_capability(
     service.stop()
     assert await run == 0
     await bus.close()
+
+
+async def test_a_configured_judge_proposes_and_labels(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The judge path wired through the service, against a fake judge endpoint that proposes
+    one capability and labels by whether the transcript shows a tool error."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from shared.config import ModelConfig
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        prompt = body["messages"][-1]["content"]
+        if "strict evaluator" not in body["messages"][0]["content"]:
+            answer = {
+                "capabilities": [
+                    {
+                        "name": "send_valid_arguments_first",
+                        "definition": "LACKING if a tool call was rejected for its "
+                        "arguments; PRESENT otherwise.",
+                    }
+                ]
+            }
+        else:
+            # Only the transcript: the instructions around it mention the ERROR marker too.
+            transcript = prompt.split("<transcript>", 1)[-1].split("</transcript>", 1)[0]
+            label = "LACKING" if "ERROR" in transcript else "PRESENT"
+            answer = {"labels": {"send_valid_arguments_first": label}}
+        message = {"role": "assistant", "content": json.dumps(answer)}
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "judge",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    judge_server = TestServer(app)
+    await judge_server.start_server()
+    request_id = uuid.uuid4()
+    agent_id = await _plant(store, request_id)
+    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
+    fields["model"] = ModelConfig(url=f"http://127.0.0.1:{judge_server.port}/v1")
+    service = build(ContrastConfig(**fields, judge_model="judge", runs=4, min_runs=3))  # type: ignore[arg-type]
+    run = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        return (await service.health()).status == "ok"
+
+    await eventually(ready)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme",
+        RolloutCompleted(
+            request_id=request_id,
+            agent_id=agent_id,
+            trajectories=90,
+            successes=50,
+            mean_reward=0.5,
+            purpose="diagnose",
+        ),
+        msg_id=f"judge-{request_id}",
+    )
+
+    async def stored() -> bool:
+        async with store.tenant("acme") as session:
+            return bool(list(await session.scalars(select(Capability))))
+
+    await eventually(stored, within=60)
+    async with store.tenant("acme") as session:
+        rows = {c.name: c for c in await session.scalars(select(Capability))}
+    # The judge's capability covers the same failures as its rule-based twin: they merge into
+    # one kept capability, whichever ranks first.
+    [survivor] = [c for c in rows.values() if c.status == "identified"]
+    assert {survivor.name, *survivor.evidence["merged"]} == {
+        "send_valid_arguments_first",
+        "valid_tool_arguments",
+    }
+    assert survivor.statistics["runs"] == 4
+    judged = survivor.name == "send_valid_arguments_first"
+    assert survivor.evidence["labeller"] == ("judge" if judged else "deterministic")
+    service.stop()
+    await run
+    await bus.close()
+    await judge_server.close()
