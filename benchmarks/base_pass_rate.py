@@ -92,6 +92,9 @@ async def main() -> None:
     parser.add_argument("--envs", nargs="+", default=["toolbox", "helpdesk"])
     parser.add_argument("--splits", nargs="+", default=["train", "test"])
     parser.add_argument(
+        "--modes", nargs="+", choices=["greedy", "sampled"], default=["greedy", "sampled"]
+    )
+    parser.add_argument(
         "--tasks", type=int, default=24, help="Tasks per (env, split), spread over kinds."
     )
     parser.add_argument("--trials", type=int, default=3, help="Trials per task at temperature 1.0.")
@@ -116,7 +119,7 @@ async def main() -> None:
         async with LLMClient(url) as client:
             for env_name in args.envs:
                 for split in args.splits:
-                    for mode in ("greedy", "sampled"):
+                    for mode in args.modes:
                         row = await _measure(client, env_name, split, mode, args)
                         print(json.dumps(row), flush=True)
                         rows.append(row)
