@@ -5,16 +5,13 @@ fail half the tasks by answering without tools."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from shared.cli.rollout import pick_tasks
 from shared.envs.registry import get_environment
-from tests.e2e.test_cli_up import RETRACE, _ports_free, cli, env  # noqa: F401  (fixture)
+from tests.e2e.test_cli_up import cli, env, running_up  # noqa: F401  (fixture)
 from tests.support.oracle_llm import OracleLLM, serve_in_thread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -33,30 +30,7 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
             "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
-        offset = next(o for o in range(24_000, 40_000, 41) if _ports_free(o))
-        up = subprocess.Popen(
-            [
-                *RETRACE,
-                "up",
-                "--only",
-                "rollout",
-                "--only",
-                "contrast",
-                "--only",
-                "synthesize",
-                "--port-offset",
-                str(offset),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            deadline = time.monotonic() + 120
-            while cli(env, "status").returncode != 0:
-                assert up.poll() is None and time.monotonic() < deadline
-                time.sleep(1)
+        with running_up(env, "rollout", "contrast", "synthesize", first_port=24000):
             assert (
                 cli(
                     env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox"
@@ -96,6 +70,3 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
             assert "synthetic/" in synthesized.stdout and "failed" in synthesized.stdout, (
                 synthesized.stdout
             )
-        finally:
-            up.send_signal(signal.SIGTERM)
-            up.communicate(timeout=90)

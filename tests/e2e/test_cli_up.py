@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,26 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
     after = cli(env, "status", "--json")
     assert after.returncode == 1
     assert json.loads(after.stdout)["running"] is False
+
+
+@contextmanager
+def running_up(env: dict[str, str], *only: str, first_port: int) -> Iterator[subprocess.Popen[str]]:
+    """`retrace up --only ...` on free ports, healthy before the body runs, stopped after."""
+    offset = next(o for o in range(first_port, 45_000, 37) if _ports_free(o))
+    flags = [arg for name in only for arg in ("--only", name)]
+    up = subprocess.Popen(
+        [*RETRACE, "up", *flags, "--port-offset", str(offset)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while cli(env, "status").returncode != 0:
+            assert up.poll() is None and time.monotonic() < deadline
+            time.sleep(1)
+        yield up
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.communicate(timeout=90)
