@@ -189,8 +189,17 @@ async def test_restart_mid_batch_neither_loses_nor_duplicates(
     await server.close()
 
 
-async def test_unknown_model_is_dead_lettered(
-    service_cfg: ServiceConfig, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+@pytest.mark.parametrize(
+    ("environment", "adapter"),
+    [("toolbox", "not-loaded"), ("nowhere", None)],
+    ids=["unknown-model", "unknown-environment"],
+)
+async def test_unservable_requests_are_dead_lettered(
+    service_cfg: ServiceConfig,
+    agent_id: uuid.UUID,
+    oracle: tuple[OracleLLM, str],
+    environment: str,
+    adapter: str | None,
 ) -> None:
     _, url = oracle
     service, run = await start(rollout_cfg(service_cfg, url))
@@ -200,34 +209,11 @@ async def test_unknown_model_is_dead_lettered(
         RolloutRequested(
             request_id=uuid.uuid4(),
             agent_id=agent_id,
-            environment="toolbox",
+            environment=environment,
             split="train",
-            adapter="not-loaded",
+            adapter=adapter,
         ),
-        msg_id="bad-model",
-    )
-
-    async def dead() -> bool:
-        return (await bus.js.stream_info(f"{bus.cfg.stream_prefix}_DLQ")).state.messages == 1
-
-    await eventually(dead)
-    service.stop()
-    await run
-    await bus.close()
-
-
-async def test_unknown_environment_is_dead_lettered(
-    service_cfg: ServiceConfig, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
-) -> None:
-    _, url = oracle
-    service, run = await start(rollout_cfg(service_cfg, url))
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    await bus.publish(
-        "acme",
-        RolloutRequested(
-            request_id=uuid.uuid4(), agent_id=agent_id, environment="nowhere", split="train"
-        ),
-        msg_id="bad-env",
+        msg_id=f"bad-{environment}-{adapter}",
     )
 
     async def dead() -> bool:
