@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 
 from shared.bus import NatsBus
@@ -37,13 +38,14 @@ async def running(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Ser
     await create_effects(store.engine)
     service = Service("pinger", service_cfg, {Ping: handle_ping}, default_port=0)
     task = asyncio.create_task(service.run())
-    await eventually(lambda: _started(service))
+    await eventually(lambda: healthy(service))
     yield service
     service.stop()
     assert await asyncio.wait_for(task, 20) == 0
 
 
-async def _started(service: Service) -> bool:
+async def healthy(service: Service) -> bool:
+    """Whether the service reports itself healthy (for `eventually`)."""
     return (await service.health()).status == "ok"
 
 
@@ -195,17 +197,22 @@ async def _pong_count(bus: NatsBus, n: int) -> bool:
 
 
 async def _pong_ids(bus: NatsBus) -> list[str]:
+    """The message id of every Pong stored in the events stream, read by sequence.
+
+    Reading by sequence rather than through a pull consumer keeps this free of fetch timeouts,
+    which nats-py raises as either of two exception classes depending on timing.
+    """
     stream = f"{bus.cfg.stream_prefix}_EVENTS"
-    sub = await bus.js.pull_subscribe(f"{bus.cfg.subject_prefix}.acme.test.pong", stream=stream)
+    subject = f"{bus.cfg.subject_prefix}.acme.test.pong"
+    info = await bus.js.stream_info(stream)
     ids = []
-    try:
-        while True:
-            for m in await sub.fetch(10, timeout=0.5):
-                ids.append(m.headers["Nats-Msg-Id"])
-                await m.ack()
-    except nats.errors.TimeoutError:
-        pass
-    await sub.unsubscribe()
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            raw = await bus.js.get_msg(stream, seq)
+        except nats.js.errors.NotFoundError:  # a deleted sequence
+            continue
+        if raw.subject == subject and raw.headers:
+            ids.append(raw.headers["Nats-Msg-Id"])
     return ids
 
 
@@ -228,7 +235,7 @@ async def test_an_idle_consumer_does_not_starve_a_busy_one(
 
     service = Service("two", service_cfg, {Ping: handle_ping, Pong: on_pong}, default_port=0)
     task = asyncio.create_task(service.run())
-    await eventually(lambda: _started(service))
+    await eventually(lambda: healthy(service))
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
     for i in range(3):
         await bus.publish("acme", Pong(key=f"p{i}"), msg_id=f"pong-{i}")
@@ -240,3 +247,16 @@ async def test_an_idle_consumer_does_not_starve_a_busy_one(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_the_same_message_id_from_two_tenants_is_two_messages(
+    client: NatsBus, store: Store
+) -> None:
+    """Ids are the publisher's: two tenants may pick the same one. Neither JetStream's
+    duplicate window nor the processed-messages record may take one for the other's."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "beta")
+    await client.publish("acme", Ping(key="same-id-acme"), msg_id="job-1")
+    await client.publish("beta", Ping(key="same-id-beta"), msg_id="job-1")
+    await eventually(lambda: _count_is(store, "same-id-acme", 1))
+    await eventually(lambda: _count_is(store, "same-id-beta", 1))
