@@ -106,13 +106,22 @@ class NatsBus:
                 await self.js.update_stream(config)
 
     async def ensure_consumer(
-        self, durable: str, contract: type[Contract], settings: ConsumerSettings
+        self,
+        durable: str,
+        contract: type[Contract],
+        settings: ConsumerSettings,
+        tenant: str | None = None,
     ) -> str:
-        """Create or update a durable pull consumer for one contract; returns its stream."""
+        """Create or update a durable pull consumer for one contract (every tenant's, or one
+        tenant's); returns its stream."""
         stream = stream_for(self.cfg, contract)
         config = ConsumerConfig(
             durable_name=durable,
-            filter_subject=contract_subject(self.cfg, contract),
+            filter_subject=(
+                self.subject(tenant, contract)
+                if tenant is not None
+                else contract_subject(self.cfg, contract)
+            ),
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=settings.ack_wait,
@@ -132,12 +141,36 @@ class NatsBus:
             ) from exc
         return stream
 
+    async def drop_consumer(self, stream: str, durable: str) -> bool:
+        """Delete a consumer if it exists (safe on a work queue: unacknowledged messages stay
+        in the stream for the next consumer); whether there was one."""
+        try:
+            await self.js.delete_consumer(stream, durable)
+        except NotFoundError:
+            return False
+        return True
+
+    async def waiting_tenants(self, contract: type[Contract]) -> list[str]:
+        """Tenants with messages of `contract` in its stream (waiting or in flight), sorted."""
+        info = await self.js.stream_info(
+            stream_for(self.cfg, contract), subjects_filter=contract_subject(self.cfg, contract)
+        )
+        return sorted(
+            subject.split(".")[-3]
+            for subject, count in (info.state.subjects or {}).items()
+            if count
+        )
+
     async def publish(self, tenant: str, message: Contract, *, msg_id: str) -> None:
-        """Publish a contract; `msg_id` makes a repeated publish a no-op inside the window."""
+        """Publish a contract; `msg_id` makes a repeated publish a no-op inside the window.
+
+        The id is the publisher's, unique within its tenant; on the wire it is qualified by
+        the tenant (`<tenant>:<msg_id>`), since streams and their duplicate windows are
+        shared by every tenant: two tenants' "job-1" are two messages."""
         await self.publish_raw(
             self.subject(tenant, message),
             encode(message),
-            msg_id=msg_id,
+            msg_id=f"{tenant}:{msg_id}",
             contract=f"{message.kind()}/{message.VERSION}",
         )
 

@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 
 from shared.bus import NatsBus
 from shared.bus.delivery import Delivery, Handler
+from shared.bus.streams import stream_for
 from shared.config import ServiceConfig
 from shared.embedded import resolve_urls
 from shared.logging import get_logger
@@ -143,6 +144,13 @@ class Service:
         pullers = []
         for contract, handler in self.handlers.items():
             durable = f"{self.name}-{contract.STAGE}-{contract.EVENT}"
+            if contract.FAIR:
+                pullers.append(
+                    asyncio.create_task(
+                        self._pull_fair(durable, contract, handler), name=f"pull-{durable}"
+                    )
+                )
+                continue
             stream = await self.bus.ensure_consumer(durable, contract, self.cfg.consumer)
             sub = await self.bus.js.pull_subscribe_bind(durable, stream)
             delivery = Delivery(
@@ -208,6 +216,73 @@ class Service:
                 task.add_done_callback(self._tasks.discard)
             self.metrics.in_flight.set(len(self._tasks))
 
+    async def _pull_fair(self, durable: str, contract: type[Contract], handler: Handler) -> None:
+        """Round robin across tenants: each free slot goes to the next tenant with work waiting,
+        through a consumer of that tenant's subject only. A tenant with fifty jobs queued and
+        a tenant with one take turns."""
+        assert self.bus is not None and self.store is not None
+        stream = stream_for(self.cfg.nats, contract)
+        if await self.bus.drop_consumer(stream, durable):
+            log.info("replaced the all-tenant consumer by per-tenant ones", consumer=durable)
+        slots = _Slots(self.cfg.consumer.concurrency)
+        bound: dict[str, tuple[Delivery, JetStreamContext.PullSubscription]] = {}
+        turn = 0
+        poll = min(self.cfg.consumer.fetch_timeout, 0.5)
+        while not self._stopping.is_set():
+            try:
+                waiting = await self.bus.waiting_tenants(contract)
+                for tenant in waiting:
+                    if tenant not in bound:
+                        name = f"{durable}-{tenant}"
+                        await self.bus.ensure_consumer(
+                            name, contract, self.cfg.consumer, tenant=tenant
+                        )
+                        sub = await self.bus.js.pull_subscribe_bind(name, stream)
+                        delivery = Delivery(
+                            name,
+                            contract,
+                            handler,
+                            self.bus,
+                            self.store,
+                            self.cfg.consumer,
+                            self.metrics,
+                        )
+                        bound[tenant] = (delivery, sub)
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("fair pull: listing tenants failed", error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            except Exception as exc:  # the puller must not die: log, pause, go on
+                log.exception("fair pull: unexpected failure", consumer=durable, error=repr(exc))
+                await asyncio.sleep(1.0)
+                continue
+            if not waiting:
+                await asyncio.sleep(poll)
+                continue
+            got = 0
+            order = waiting[turn % len(waiting) :] + waiting[: turn % len(waiting)]
+            turn += 1
+            for tenant in order:
+                await slots.reserve(1)
+                delivery, sub = bound[tenant]
+                try:
+                    msgs = await sub.fetch(batch=1, timeout=poll)
+                except TimeoutError:
+                    msgs = []
+                except nats.errors.Error as exc:
+                    log.warning("fair pull: fetch failed", tenant=tenant, error=repr(exc))
+                    msgs = []
+                if not msgs:
+                    await slots.release(1)
+                    continue
+                got += 1
+                task = asyncio.create_task(self._run(delivery, msgs[0], slots))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self.metrics.in_flight.set(len(self._tasks))
+            if not got:
+                await asyncio.sleep(poll)  # only in-flight work is waiting: let it finish
+
     async def _run(self, delivery: Delivery, msg: Msg, slots: _Slots) -> None:
         try:
             await delivery.process(msg)
@@ -269,6 +344,12 @@ class _Slots:
             free = self.limit - self.used
             self.used += free
             return free
+
+    async def reserve(self, count: int) -> None:
+        """Wait until `count` slots are free and take them."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.limit - self.used >= count)
+            self.used += count
 
     async def release(self, count: int) -> None:
         if count <= 0:
