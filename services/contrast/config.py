@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -27,3 +27,11 @@ class ContrastConfig(ServiceConfig, kw_only=True, frozen=True):
     capabilities beside the deterministic catalogue; unset: deterministic only."""
     judge_concurrency: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Judge calls at once."""
+    merge_similarity: Literal["auto", "embedding", "tokens"] = "auto"
+    """How near-duplicate capabilities are recognised by their texts: sentence embeddings
+    (all-MiniLM-L6-v2, the `train` extra), word overlap, or embeddings when installed."""
+    merge_text_similarity: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    """Text similarity at which two capabilities are duplicates whatever they cover; unset:
+    the similarity's own default (0.8 for embeddings, 0.5 for word overlap)."""
+    merge_failure_overlap: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
+    """Overlap (Jaccard) of covered failures at which two capabilities are duplicates."""

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from services.contrast.config import ContrastConfig
 from services.contrast.deterministic import CATALOGUE
-from services.contrast.diagnosis import diagnose
+from services.contrast.diagnosis import diagnose, similarity
 from services.contrast.judge import JudgeConfig, JudgeLabeller, JudgeProposer
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
 from shared.bus.delivery import Handler, HandlerContext
@@ -24,6 +24,7 @@ log = get_logger(__name__)
 class ContrastHandlers:
     def __init__(self, cfg: ContrastConfig, client: LLMClient | None = None) -> None:
         self.cfg = cfg
+        self.similarity = similarity(cfg)
         self.proposer: JudgeProposer | None = None
         self.judge: JudgeLabeller | None = None
         if cfg.judge_model and client is not None:
@@ -41,7 +42,13 @@ class ContrastHandlers:
         if msg.purpose != "diagnose":
             return
         views, skipped = await self._trajectories(ctx, msg.request_id)
-        results = await diagnose(views, self.cfg, proposer=self.proposer, judge=self.judge)
+        results = await diagnose(
+            views,
+            self.cfg,
+            proposer=self.proposer,
+            judge=self.judge,
+            text_similarity=self.similarity,
+        )
         kept: list[uuid.UUID] = []
         for stats in results:
             row = Capability(

@@ -9,16 +9,15 @@ full-set run, R + 1 in all) labels every trajectory in every run, even those a r
 leaves out; pass fewer runs to spend less.
 
 Replies are strict JSON checked with msgspec (a reply that is one ```json fence is unwrapped,
-nothing else is repaired). A malformed reply is retried with what was wrong fed back, up to
-`max_attempts` replies, then `JudgeOutputError`. Endpoint failures are the client's: `LLMError`
-after its retry policy, `LLMRequestError` at once.
+nothing else is repaired), through `shared.llm.structured`: a malformed reply is retried with
+what was wrong fed back, up to `max_attempts` replies, then `JudgeOutputError`. Endpoint
+failures are the client's: `LLMError` after its retry policy, `LLMRequestError` at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,9 +29,14 @@ from services.contrast.criterion import CriterionConfig
 from services.contrast.labels import Capability, Label
 from services.contrast.trajectory import TrajectoryView
 from shared.envs.protocol import Message
-from shared.errors import PermanentError
 from shared.llm.client import LLMClient
-from shared.llm.openai_types import ChatRequest, ResponseFormat
+from shared.llm.structured import (
+    AskConfig,
+    MalformedReply,
+    StructuredOutputError,
+    ask_structured,
+    decode_json,
+)
 from shared.logging import get_logger
 
 T = TypeVar("T")
@@ -43,7 +47,7 @@ MIN_TRAJECTORY_CHARS = 400
 log = get_logger(__name__)
 
 
-class JudgeOutputError(PermanentError):
+class JudgeOutputError(StructuredOutputError):
     """The judge gave no usable reply in `max_attempts` tries; the message says what was wrong."""
 
 
@@ -81,8 +85,7 @@ def criterion_runs(cfg: CriterionConfig) -> range:
     return range(cfg.runs + 1)
 
 
-class _Malformed(Exception):
-    """A reply that is not what was asked for; the message is fed back to the judge."""
+_Malformed = MalformedReply
 
 
 # -- proposing -------------------------------------------------------------------------------
@@ -278,18 +281,7 @@ def _labels(reply: str, names: Sequence[str]) -> dict[str, Label]:
 
 # -- asking ----------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```(?:json)?\s*\n(.*)\n\s*```", re.DOTALL)
-
-
-def _decode(reply: str, type_: type[T]) -> T:
-    text = reply.strip()
-    fenced = _FENCE.fullmatch(text)
-    try:
-        return msgspec.json.decode(fenced.group(1) if fenced else text, type=type_)
-    except msgspec.ValidationError as exc:
-        raise _Malformed(f"wrong JSON shape: {exc}") from exc
-    except msgspec.DecodeError as exc:
-        raise _Malformed(f"not valid JSON: {exc}") from exc
+_decode = decode_json
 
 
 async def _ask(
@@ -301,43 +293,12 @@ async def _ask(
     parse: Callable[[str], T],
     what: str,
 ) -> T:
-    """`parse(reply)`, asking again with the problem fed back while the reply is malformed;
-    only the latest bad reply is kept in the conversation, so it stays bounded."""
-    messages = prompt
-    problems: list[str] = []
-    reply = ""
-    for attempt in range(1, config.max_attempts + 1):
-        response = await client.chat(
-            ChatRequest(
-                model=config.model,
-                messages=messages,
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-                seed=seed,
-                response_format=ResponseFormat(type="json_object"),
-            )
-        )
-        choice = response.choices[0] if response.choices else None
-        reply = (choice.message.content or "") if choice else ""
-        try:
-            if not reply.strip():
-                raise _Malformed("the reply was empty")
-            return parse(reply)
-        except _Malformed as exc:
-            cut = (
-                " (the reply was cut off at max_tokens)"
-                if choice and choice.finish_reason == "length"
-                else ""
-            )
-            problem = f"{exc}{cut}"
-            problems.append(f"attempt {attempt}: {problem}")
-            log.warning("judge reply malformed", what=what, attempt=attempt, problem=problem)
-            messages = [
-                *prompt,
-                Message(role="assistant", content=reply),
-                Message(role="user", content=prompts.FEEDBACK.substitute(problem=problem)),
-            ]
-    raise JudgeOutputError(
-        f"judge gave no valid {what} in {config.max_attempts} attempts: "
-        f"{'; '.join(problems)}; last reply: {reply[:300]!r}"
+    ask = AskConfig(
+        model=config.model,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        max_attempts=config.max_attempts,
+    )
+    return await ask_structured(
+        client, ask, prompt, seed=seed, parse=parse, what=what, error=JudgeOutputError
     )

@@ -74,10 +74,6 @@ Label every capability above, each exactly once, with "PRESENT", "LACKING" or "N
 with only this JSON object, no prose and no code fence:
 $skeleton""")
 
-FEEDBACK = Template("""\
-Your reply could not be used: $problem
-Reply again with only the JSON object asked for, nothing else.""")
-
 
 def propose_prompt(failed: Sequence[str], succeeded: Sequence[str], max_candidates: int) -> str:
     """The proposer's user message around compacted failed and successful trajectories."""

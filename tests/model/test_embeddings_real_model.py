@@ -1,0 +1,69 @@
+"""The real all-MiniLM-L6-v2: loads offline, and its cosines fit the merge thresholds."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from services.contrast.deterministic import CATALOGUE
+from services.contrast.merge import MergeConfig, capability_text, merge
+from shared import embeddings
+from tests.unit.test_contrast_merge import stats
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+if not embeddings.available():
+    pytest.skip("the embedding model needs the train extra", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def sim() -> embeddings.EmbeddingSimilarity:
+    return embeddings.EmbeddingSimilarity(embeddings.default_embedder())
+
+
+def test_vectors_are_unit_length_and_deterministic() -> None:
+    embedder = embeddings.MiniLM()
+    [a, b] = embedder.embed(["look up the contact first", "look up the contact first"])
+    assert len(a) == 384
+    assert embeddings.cosine(a, a) == pytest.approx(1.0, abs=1e-5)
+    assert a == b
+
+
+def test_the_catalogue_has_no_embedding_duplicates(sim: embeddings.EmbeddingSimilarity) -> None:
+    threshold = MergeConfig.for_embeddings().min_text_similarity
+    for a, b in itertools.combinations(CATALOGUE, 2):
+        score = sim(capability_text(a.name, a.definition), capability_text(b.name, b.definition))
+        assert score < threshold, (a.name, b.name, score)
+
+
+def test_paraphrases_merge_and_distinct_skills_do_not(sim: embeddings.EmbeddingSimilarity) -> None:
+    cfg = MergeConfig.for_embeddings()
+    recover = stats(
+        "recover_from_tool_errors", "Retry a failed tool call until it works.", 0.5, ["f1"]
+    )
+    handle = stats(
+        "handle_tool_failures",
+        "When a tool returns an error, fix the call and try again.",
+        0.3,
+        ["f9"],
+    )
+    ask = stats(
+        "ask_for_missing_information",
+        "Ask the user when a required detail is missing.",
+        0.4,
+        ["f2", "f3", "f4"],
+    )
+    clarify = stats(
+        "request_clarification",
+        "Query the user for details the task did not give before acting.",
+        0.2,
+        ["f3", "f4", "f5"],
+    )
+    report = stats("report_result_to_user", "Tell the user what was done.", 0.35, ["f3", "f4"])
+    merged = {s.name: s.merged for s in merge([recover, handle, ask, clarify, report], sim, cfg)}
+    assert merged == {
+        "recover_from_tool_errors": ["handle_tool_failures"],  # the same text, by meaning
+        "ask_for_missing_information": ["request_clarification"],  # related, same failures
+        "report_result_to_user": [],  # shares failures with `ask`, but a different skill
+    }
