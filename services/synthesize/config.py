@@ -23,3 +23,9 @@ class SynthesizeConfig(ServiceConfig, kw_only=True, frozen=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
     determinism_seeds: Annotated[int, msgspec.Meta(ge=1)] = 3
     """Seeds each generated spec is built twice on before it is accepted for calibration."""
+    writer_model: str | None = None
+    """A model on the inference endpoint (`RETRACE_MODEL_URL`) that writes each capability's
+    scenario template and checks; unset, or when its spec fails every check: the default
+    spec of the capability's nearest hand-written family."""
+    writer_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    """Replies asked of the writer (each bad one fed back) before falling back."""

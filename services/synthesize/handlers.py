@@ -16,6 +16,7 @@ import msgspec
 from sqlalchemy import func, select
 
 from services.synthesize.config import SynthesizeConfig
+from services.synthesize.writer import SpecWriter, SpecWriterError, WriterConfig
 from shared.bus.delivery import Handler, HandlerContext
 from shared.envs.loading import synthetic_ref
 from shared.envs.synthetic import (
@@ -30,6 +31,8 @@ from shared.envs.synthetic import (
     validate,
 )
 from shared.envs.synthetic.spec import decode
+from shared.envs.synthetic.tasks import GeneratorError
+from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import (
     CapabilitiesIdentified,
@@ -38,15 +41,30 @@ from shared.messages import (
     RolloutCompleted,
     RolloutRequested,
     Sampling,
+    SynthesisFailed,
 )
 from shared.store.models import Capability, Environment, Trajectory
 
 log = get_logger(__name__)
 
 
+EVIDENCE_EXAMPLES = 3
+EVIDENCE_CHARS = 240
+
+
 class SynthesizeHandlers:
-    def __init__(self, cfg: SynthesizeConfig) -> None:
+    def __init__(self, cfg: SynthesizeConfig, client: LLMClient | None = None) -> None:
         self.cfg = cfg
+        self.writer: SpecWriter | None = None
+        if cfg.writer_model and client is not None:
+            self.writer = SpecWriter(
+                client,
+                WriterConfig(
+                    model=cfg.writer_model,
+                    max_attempts=cfg.writer_attempts,
+                    determinism_seeds=cfg.determinism_seeds,
+                ),
+            )
         self.calibration = CalibrationConfig(
             seeds=cfg.calibration_tasks,
             samples=cfg.calibration_samples,
@@ -80,10 +98,51 @@ class SynthesizeHandlers:
                 continue
             # A capability whose earlier environments all failed starts again after them.
             spec = msgspec.structs.replace(
-                default_spec(capability.name, capability.definition),
-                revision=max(versions, default=0),
+                await self._spec(ctx, capability), revision=max(versions, default=0)
             )
             await self._calibrate(ctx, capability, msg.agent_id, msg.cycle_id, spec, attempt=0)
+
+    async def _spec(self, ctx: HandlerContext, capability: Capability) -> SyntheticSpec:
+        """The writer's spec when one is configured and it writes a valid one; else the
+        default spec. What the writer got wrong is kept in the capability's evidence."""
+        if self.writer is None:
+            return default_spec(capability.name, capability.definition)
+        evidence = await self._failure_excerpts(ctx, capability)
+        try:
+            spec = await self.writer.write(capability.name, capability.definition, evidence)
+        except SpecWriterError as exc:
+            log.warning("written spec rejected; default spec used", capability=capability.name)
+            capability.evidence = {**capability.evidence, "writer": {"rejected": str(exc)}}
+            return default_spec(capability.name, capability.definition)
+        capability.evidence = {**capability.evidence, "writer": {"accepted": spec.name}}
+        return spec
+
+    async def _failure_excerpts(self, ctx: HandlerContext, capability: Capability) -> list[str]:
+        """Request and last reply of a few failed trajectories the capability was found in."""
+        ids = []
+        for raw in capability.evidence.get("failed_examples", [])[:EVIDENCE_EXAMPLES]:
+            try:
+                ids.append(uuid.UUID(str(raw)))
+            except ValueError:
+                continue
+        if not ids:
+            return []
+        excerpts = []
+        for messages in await ctx.session.scalars(
+            select(Trajectory.messages).where(Trajectory.id.in_(ids))
+        ):
+            asked = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+            said = next(
+                (
+                    m.get("content")
+                    for m in reversed(messages)
+                    if m.get("role") == "assistant" and m.get("content")
+                ),
+                "",
+            )
+            text = f"user asked: {asked!s} / assistant ended with: {said!s}"
+            excerpts.append(text[:EVIDENCE_CHARS])
+        return excerpts
 
     async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:
         if msg.purpose != "calibrate":
@@ -135,15 +194,16 @@ class SynthesizeHandlers:
         if capability is None or attempt >= self.cfg.max_regenerations:
             row.status = "failed"
             if capability is not None:
-                capability.status = "synth_failed"
-                capability.evidence = {
-                    **capability.evidence,
-                    "synthesis": {
+                _give_up(
+                    ctx,
+                    capability,
+                    msg.cycle_id,
+                    {
                         "reason": "calibration failed after every regeneration",
                         "attempts": attempt + 1,
                         "last": msgspec.to_builtins(result),
                     },
-                }
+                )
             return
         await self._calibrate(
             ctx,
@@ -168,15 +228,19 @@ class SynthesizeHandlers:
             spec, range(self.cfg.determinism_seeds)
         )
         if problems:
-            capability.status = "synth_failed"
-            capability.evidence = {
-                **capability.evidence,
-                "synthesis": {"reason": "invalid spec", "problems": problems},
-            }
+            _give_up(ctx, capability, cycle_id, {"reason": "invalid spec", "problems": problems})
             log.error("generated spec rejected", capability=capability.name, problems=problems)
             return
         env = SyntheticEnvironment(spec)
-        tasks = sorted((t for t in env.tasks() if t.split == "train"), key=lambda t: t.id)
+        try:
+            all_tasks = env.tasks()
+        except GeneratorError as exc:
+            _give_up(
+                ctx, capability, cycle_id, {"reason": "generator failed", "problems": [str(exc)]}
+            )
+            log.error("generator failed", capability=capability.name, error=str(exc))
+            return
+        tasks = sorted((t for t in all_tasks if t.split == "train"), key=lambda t: t.id)
         tasks = tasks[: self.cfg.calibration_tasks]
         request_id = uuid.uuid4()
         # Versions count per name across capabilities, cycles and agents of the tenant: the
@@ -214,3 +278,20 @@ class SynthesizeHandlers:
             ),
             key=str(row.id),
         )
+
+
+def _give_up(
+    ctx: HandlerContext,
+    capability: Capability,
+    cycle_id: uuid.UUID | None,
+    synthesis: dict[str, object],
+) -> None:
+    """The capability gets no environment: say why in its evidence, and tell the cycle."""
+    capability.status = "synth_failed"
+    capability.evidence = {**capability.evidence, "synthesis": synthesis}
+    ctx.emit(
+        SynthesisFailed(
+            capability_id=capability.id, reason=str(synthesis["reason"]), cycle_id=cycle_id
+        ),
+        key=f"failed-{capability.id}",
+    )

@@ -6,10 +6,12 @@ adjusting and finally reports failure."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import msgspec
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 
@@ -19,15 +21,18 @@ from services.synthesize.config import SynthesizeConfig
 from services.synthesize.service import build as build_synthesize
 from shared.bus import NatsBus
 from shared.config import ModelConfig, ServiceConfig
-from shared.envs.synthetic import SyntheticEnvironment, default_spec
+from shared.envs.synthetic import SyntheticEnvironment, SyntheticSpec, default_spec
+from shared.envs.synthetic.defaults import template_spec
 from shared.messages import CapabilitiesIdentified
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Capability, Environment
 from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import eventually
+from tests.integration.test_delivery import eventually, healthy
+from tests.support.fake_chat import FakeJudge, script
 from tests.support.oracle_llm import OracleLLM
+from tests.unit.test_synthetic_template import TIMED_ALARM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 NAME, DEFINITION = "report_result_to_user", "After using tools, tell the user the result."
@@ -38,8 +43,15 @@ def _fields(cfg: ServiceConfig) -> dict[str, object]:
 
 
 async def _run(
-    cfg: ServiceConfig, fail_rate: float, store: Store, regenerations: int
+    cfg: ServiceConfig,
+    fail_rate: float,
+    store: Store,
+    regenerations: int,
+    writer: FakeJudge | None = None,
+    played: SyntheticSpec | None = None,
 ) -> list[Environment]:
+    """Synthesize + rollout until the capability's environments settle; `writer` (a fake
+    chat endpoint) writes the spec when given, and `played` is the spec the oracle plays."""
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
@@ -50,24 +62,36 @@ async def _run(
         session.add(capability)
         await session.flush()
         agent_id, capability_id = agent.id, capability.id
-    fake = OracleLLM(SyntheticEnvironment(default_spec(NAME, DEFINITION)), fail_rate=fail_rate)
+    played = played or default_spec(NAME, DEFINITION)
+    fake = OracleLLM(SyntheticEnvironment(played), fail_rate=fail_rate)
     server = TestServer(fake.app())
     await server.start_server()
     url = f"http://127.0.0.1:{server.port}/v1"
+    writer_server = None
+    extra: dict[str, object] = {}
+    if writer is not None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", writer.handle)
+        writer_server = TestServer(app)
+        await writer_server.start_server()
+        extra = {
+            "model": ModelConfig(url=f"http://127.0.0.1:{writer_server.port}/v1"),
+            "writer_model": "writer",
+        }
     services: list[Service] = [
         build_rollout(RolloutConfig(**{**_fields(cfg), "model": ModelConfig(url=url)})),  # type: ignore[arg-type]
         build_synthesize(
             SynthesizeConfig(
-                **_fields(cfg),
                 calibration_tasks=12,
                 calibration_samples=4,  # type: ignore[arg-type]
                 max_regenerations=regenerations,
+                **{**_fields(cfg), **extra},
             )
         ),
     ]
     runs = [asyncio.create_task(s.run()) for s in services]
     for s in services:
-        await eventually(lambda s=s: _ok(s))
+        await eventually(lambda s=s: healthy(s))
     bus = await NatsBus.connect(cfg.nats.url or "", cfg.nats)
     await bus.publish(
         "acme",
@@ -92,6 +116,8 @@ async def _run(
     await asyncio.gather(*runs)
     await bus.close()
     await server.close()
+    if writer_server is not None:
+        await writer_server.close()
     async with store.tenant("acme") as session:
         return list(
             await session.scalars(
@@ -133,5 +159,31 @@ async def test_trivial_environment_is_adjusted_then_reported(
     assert capability.evidence["synthesis"]["attempts"] == 2
 
 
-async def _ok(service: Service) -> bool:
-    return (await service.health()).status == "ok"
+async def test_a_written_template_is_calibrated_and_a_bad_one_falls_back(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    # An alarm template: the oracle finds a task's reference by its opening request, and
+    # alarm requests are unique per task (a contact template repeats requests over worlds).
+    written = template_spec(NAME, DEFINITION, TIMED_ALARM)
+    reply = json.dumps({"template": msgspec.to_builtins(TIMED_ALARM)})
+    [env] = await _run(
+        service_cfg, 0.5, store, regenerations=1, writer=FakeJudge(script(reply)), played=written
+    )
+    assert env.status == "ready" and env.spec["scenario"] == "template"
+    assert env.spec["template"] == msgspec.to_builtins(TIMED_ALARM)
+    async with store.tenant("acme") as session:
+        capability = await session.scalar(select(Capability))
+    assert capability is not None and capability.evidence["writer"] == {"accepted": NAME}
+
+
+async def test_a_writer_that_never_gets_it_right_leaves_the_default_spec(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    [env] = await _run(
+        service_cfg, 0.5, store, regenerations=1, writer=FakeJudge(script("no JSON here"))
+    )
+    assert env.status == "ready" and env.spec["scenario"] == default_spec(NAME).scenario
+    async with store.tenant("acme") as session:
+        capability = await session.scalar(select(Capability))
+    assert capability is not None
+    assert "not valid JSON" in capability.evidence["writer"]["rejected"]

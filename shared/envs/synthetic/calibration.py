@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from shared.envs.synthetic.families import FAMILIES
+from shared.envs.synthetic.families import family_of
 from shared.envs.synthetic.spec import KNOB_BOUNDS, SyntheticSpec
 
 Direction = Literal["keep", "harder", "easier"]
@@ -167,7 +167,7 @@ def adjust(spec: SyntheticSpec, result: CalibrationResult) -> SyntheticSpec:
     if result.direction == "keep":
         return spec
     sign = 1 if result.direction == "harder" else -1
-    family = FAMILIES.get(spec.scenario)
+    family = family_of(spec)
     moved: dict[str, Any] = {}
     for knob in family.tunes if family else ():
         low, high, step = KNOB_BOUNDS[knob]

@@ -10,8 +10,17 @@ from __future__ import annotations
 import re
 
 from shared.envs.synthetic.families import FAMILIES
-from shared.envs.synthetic.spec import Capability, CheckSpec, SyntheticSpec, ToolRef
-from shared.envs.synthetic.target import schema_of
+from shared.envs.synthetic.spec import (
+    Capability,
+    CheckSpec,
+    Knobs,
+    ScenarioTemplate,
+    SyntheticSpec,
+    ToolRef,
+    ToolRole,
+)
+from shared.envs.synthetic.target import schema_of, tool_order
+from shared.envs.synthetic.template import TEMPLATE, template_family
 
 CAPABILITY_FAMILIES: dict[str, str] = {
     "valid_tool_arguments": "set_alarm_at_time",
@@ -121,4 +130,44 @@ def family_spec(
         tools=tools,
         knobs=family.knobs,
         checks=list(checks if checks is not None else family.checks),
+    )
+
+
+TEMPLATE_DISTRACTORS = 4
+"""Distractor tools a template spec lists when none are named."""
+
+
+def template_spec(
+    capability_name: str,
+    definition: str,
+    template: ScenarioTemplate,
+    checks: list[CheckSpec] | None = None,
+    distractors: list[str] | None = None,
+) -> SyntheticSpec:
+    """A spec running `template`: the tools its calls use as needed, distractors beside them
+    (by default the target's tools sharing a word with a needed one, then the first others),
+    and `checks` or the template's default ones."""
+    family = template_family(template)
+    needed = list(family.needed)
+    if distractors is None:
+        words = {w for name in needed for w in name.split("_")}
+        others = [n for n in tool_order() if n not in needed]
+        related = [n for n in others if words & set(n.split("_"))]
+        distractors = [*related, *(n for n in others if n not in related)][:TEMPLATE_DISTRACTORS]
+    known = set(tool_order())
+
+    def ref(name: str, role: ToolRole) -> ToolRef:
+        # an unknown tool keeps an empty schema: validation names it, it does not crash here
+        return ToolRef(name=name, role=role, schema=schema_of(name) if name in known else {})
+
+    tools = [ref(n, "needed") for n in needed]
+    tools += [ref(n, "distractor") for n in distractors if n not in needed]
+    return SyntheticSpec(
+        name=slug(capability_name),
+        capability=Capability(name=capability_name, definition=definition),
+        scenario=TEMPLATE,
+        tools=tools,
+        knobs=Knobs(distractor_tools=min(2, len(tools) - len(needed))),
+        checks=list(checks) if checks else list(family.checks),
+        template=template,
     )

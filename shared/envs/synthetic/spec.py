@@ -20,6 +20,8 @@ SPEC_VERSION = 1
 """The spec version this interpreter runs."""
 
 ToolRole = Literal["needed", "distractor"]
+SlotKind = Literal["contact", "choice", "integer", "clock"]
+MatchKind = Literal["eq", "has", "phone", "clock", "number"]
 
 
 class InvalidSpecError(PermanentError):
@@ -99,6 +101,42 @@ class CheckSpec(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
         return self.name or (f"{self.kind}:{self.tool}" if self.tool else self.kind)
 
 
+class Slot(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    kind: SlotKind
+    options: list[str] = msgspec.field(default_factory=list)
+    """`choice`: the values drawn from (at least two, so seeds differ)."""
+    low: int = 0
+    high: int = 0
+    """`integer`: drawn from [low, high]."""
+    relation: str | None = None
+    """`contact`: the person's relation to the user (e.g. `sister`); drawn when unset."""
+
+
+class Call(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    tool: str
+    arguments: dict[str, Any]
+    """Argument values; strings may hold placeholders."""
+    expect: dict[str, MatchKind] = msgspec.field(default_factory=dict)
+    """Arguments a correct call must match, and how: `eq` same text, `has` every word,
+    `phone` same digits, `clock` same HH:MM, `number` same number."""
+
+
+class ScenarioTemplate(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A scenario family as data (interpreted by template.py): slots drawn per seed, and
+    texts and arguments that name them as `{slot}` or `{slot.field}`."""
+
+    slots: dict[str, Slot]
+    requests: list[str]
+    """Phrasings of the user's request; one is drawn per task."""
+    calls: list[Call]
+    """The reference solution's tool calls, in order; the last is the action a transient
+    failure hits."""
+    reply: str
+    """The reference's closing message to the user."""
+    values: dict[str, str] = msgspec.field(default_factory=dict)
+    """name -> text the final reply should contain (`reply_mentions` checks name one)."""
+
+
 class SyntheticSpec(msgspec.Struct, kw_only=True, frozen=True):
     spec_version: int = SPEC_VERSION
     name: str
@@ -115,6 +153,8 @@ class SyntheticSpec(msgspec.Struct, kw_only=True, frozen=True):
     """How many tasks `tasks()` lists (split 80/20 train/test)."""
     revision: int = 0
     """Bumped by each calibration adjustment."""
+    template: ScenarioTemplate | None = None
+    """The scenario as data when `scenario` is `template` (see template.py); else unset."""
 
     def offered(self, role: ToolRole | None = None) -> list[str]:
         """Names of the spec's tools, optionally only those of one role, in spec order."""

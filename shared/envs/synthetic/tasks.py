@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from shared.envs.protocol import Split, TaskSpec
-from shared.envs.synthetic.families import FAMILIES
+from shared.envs.synthetic.families import family_of
 from shared.envs.synthetic.scenario import Scenario
 from shared.envs.synthetic.spec import SyntheticSpec
 from shared.envs.synthetic.target import tool_order
@@ -57,7 +57,9 @@ def split_of(name: str, index: int) -> Split:
 
 def build_scenario(spec: SyntheticSpec, seed: int) -> dict[str, Any]:
     """The data of the task the spec's family generates from `seed`."""
-    family = FAMILIES[spec.scenario]
+    family = family_of(spec)
+    if family is None:
+        raise GeneratorError(f"unknown scenario {spec.scenario!r}")
     knobs = spec.knobs
     scenario = Scenario.start(family.name, knobs, seed)
     # the common draws use their own stream, so they never shift the family's

@@ -1,6 +1,7 @@
 """Validate a spec against its target: every problem, in words, or an empty list.
 
 A spec is refused when it names an unknown version, target, scenario family or check kind;
+carries a scenario template with problems (template.py lists them);
 offers a tool the target lacks, or with a schema that differs from the target's; leaves out a
 tool its family needs; sets a knob out of range or one its family ignores; or has checks whose
 weights do not sum to 1, that miss the fields their kind needs, or that refer to a tool not
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from shared.envs.synthetic.checks import CHECK_FIELDS, CHECK_KINDS
-from shared.envs.synthetic.families import FAMILIES
+from shared.envs.synthetic.families import FAMILIES, family_of
 from shared.envs.synthetic.scenario import Family
 from shared.envs.synthetic.spec import (
     GENERIC_KNOBS,
@@ -26,6 +27,7 @@ from shared.envs.synthetic.spec import (
     SyntheticSpec,
 )
 from shared.envs.synthetic.target import TARGETS
+from shared.envs.synthetic.template import TEMPLATE, template_problems
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 WEIGHT_TOLERANCE = 1e-6
@@ -45,9 +47,20 @@ def validate(spec: SyntheticSpec, target_tool_schemas: Iterable[dict[str, Any]])
         problems.append(f"task_count {spec.task_count} must be between 1 and {MAX_TASKS}")
     if not spec.capability.name.strip():
         problems.append("capability name is empty")
-    family = FAMILIES.get(spec.scenario)
-    if family is None:
-        problems.append(f"unknown scenario {spec.scenario!r}; known: {', '.join(FAMILIES)}")
+    if spec.scenario == TEMPLATE:
+        if spec.template is None:
+            problems.append(f"scenario {TEMPLATE!r} needs a `template`")
+        else:
+            template = template_problems(spec.template)
+            problems += template
+            if template:  # a broken template's declaration would only add noise
+                return problems
+    elif spec.template is not None:
+        problems.append(f"a `template` is only read when scenario is {TEMPLATE!r}")
+    family = family_of(spec)
+    if family is None and spec.scenario != TEMPLATE:
+        known = ", ".join([*FAMILIES, TEMPLATE])
+        problems.append(f"unknown scenario {spec.scenario!r}; known: {known}")
     problems += _tool_problems(spec, target_tool_schemas, family)
     problems += _knob_problems(spec, family)
     problems += _check_problems(spec, family)

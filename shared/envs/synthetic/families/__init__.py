@@ -11,6 +11,8 @@ from shared.envs.synthetic.families import (
     set_alarm_at_time,
 )
 from shared.envs.synthetic.scenario import Family
+from shared.envs.synthetic.spec import SyntheticSpec
+from shared.envs.synthetic.template import TEMPLATE, template_family
 
 FAMILIES: dict[str, Family] = {
     module.FAMILY.name: module.FAMILY
@@ -24,3 +26,10 @@ FAMILIES: dict[str, Family] = {
     )
 }
 """Looked up at generation time, so a test may swap one in."""
+
+
+def family_of(spec: SyntheticSpec) -> Family | None:
+    """The family a spec runs: its own template, or a hand-written one; None if unknown."""
+    if spec.scenario == TEMPLATE:
+        return template_family(spec.template) if spec.template is not None else None
+    return FAMILIES.get(spec.scenario)
