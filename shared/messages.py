@@ -9,7 +9,7 @@ contract with a new event name (`requested_v2`) and VERSION.
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
@@ -28,6 +28,9 @@ class Contract(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     VERSION: ClassVar[int] = 1
     STREAM: ClassVar[Literal["events", "work"]] = "events"
     """events: kept for every interested consumer; work: each message taken by one worker."""
+    FAIR: ClassVar[bool] = False
+    """Consumed in turn across tenants (one consumer per tenant, round robin), so one
+    tenant's backlog cannot starve another tenant's work."""
 
     @classmethod
     def kind(cls) -> str:
@@ -60,6 +63,8 @@ class RolloutRequested(Contract, frozen=True):
     """A LoRA adapter the inference endpoint has loaded, or None for the agent's base model."""
     cycle_id: uuid.UUID | None = None
     purpose: Purpose = "adhoc"
+    system_prompt: str | None = None
+    """Instead of the agent's own system prompt (evaluating an optimised prompt)."""
 
 
 class RolloutCompleted(Contract, frozen=True):
@@ -102,16 +107,50 @@ class EnvironmentReady(Contract, frozen=True):
     cycle_id: uuid.UUID | None = None
 
 
+class SynthesisFailed(Contract, frozen=True):
+    """synthesize -> evaluator: no training environment could be built for a capability."""
+
+    STAGE = "environment"
+    EVENT = "failed"
+
+    capability_id: uuid.UUID
+    reason: str
+    cycle_id: uuid.UUID | None = None
+
+
 class TrainRequested(Contract, frozen=True):
     """evaluator -> train (work queue, one worker per job): train one LoRA adapter."""
 
     STAGE = "train"
     EVENT = "requested"
     STREAM = "work"
+    FAIR = True
 
     job_id: uuid.UUID
     environment_id: uuid.UUID
     capability_id: uuid.UUID | None = None
+    cycle_id: uuid.UUID | None = None
+
+
+class TrainingFailed(Contract, frozen=True):
+    """train -> evaluator: a job will not produce an adapter (bad job or model), and why."""
+
+    STAGE = "train"
+    EVENT = "failed"
+
+    job_id: uuid.UUID
+    reason: str
+    cycle_id: uuid.UUID | None = None
+
+
+class PromptOptimized(Contract, frozen=True):
+    """train -> evaluator: a prompt-optimisation job (the GEPA baseline) finished; the prompt
+    is in the job's `config["result"]`."""
+
+    STAGE = "prompt"
+    EVENT = "optimized"
+
+    job_id: uuid.UUID
     cycle_id: uuid.UUID | None = None
 
 
@@ -124,6 +163,49 @@ class AdapterTrained(Contract, frozen=True):
     adapter_id: uuid.UUID
     job_id: uuid.UUID
     cycle_id: uuid.UUID | None = None
+
+
+class CycleSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """How much a cycle spends at each stage (CPU-friendly defaults; raise them on a GPU)."""
+
+    diagnose_tasks: Annotated[int, msgspec.Meta(ge=1)] | None = 24
+    """Train tasks in the diagnosis rollout (None: all)."""
+    diagnose_trials: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
+    eval_tasks: Annotated[int, msgspec.Meta(ge=1)] | None = 24
+    """Test tasks in each evaluation rollout (None: all)."""
+    eval_trials: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=4)] = 1.0
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    seed: int = 1234
+    """Sampling seed of evaluation rollouts: every configuration sees the same seeds, so
+    their outcomes pair up task by task and trial by trial."""
+    rollout_budget: Annotated[int, msgspec.Meta(ge=2)] | None = None
+    """Rollouts per adapter; None: the train service's."""
+    alpha: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.05
+    """Significance a promotion needs (McNemar and paired bootstrap)."""
+    route_tasks: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Train tasks the base model and each new adapter also run on (one trial each), to
+    learn a router from which configuration won which task (0: no learned router)."""
+    baselines: list[Literal["grpo_target", "gepa"]] = msgspec.field(
+        default_factory=lambda: ["grpo_target", "gepa"]
+    )
+    """Baselines evaluated beside the routed set, each spending the rollouts of all the
+    cycle's adapters: `grpo_target` (one adapter trained with GRPO on the target itself) and
+    `gepa` (the system prompt optimised by reflective prompt evolution)."""
+
+
+class CycleRequested(Contract, frozen=True):
+    """CLI / failure-rate monitor -> evaluator: run a TRACE cycle for an agent."""
+
+    STAGE = "cycle"
+    EVENT = "requested"
+
+    cycle_id: uuid.UUID
+    """Chosen by the requester, so it can follow the cycle; a repeat is a no-op."""
+    agent_id: uuid.UUID
+    trigger: Literal["manual", "monitor", "demo"] = "manual"
+    reason: str = ""
+    settings: CycleSettings = msgspec.field(default_factory=CycleSettings)
 
 
 class CycleEvaluate(Contract, frozen=True):
@@ -191,8 +273,12 @@ for _c in (
     RolloutCompleted,
     CapabilitiesIdentified,
     EnvironmentReady,
+    SynthesisFailed,
     TrainRequested,
+    TrainingFailed,
+    PromptOptimized,
     AdapterTrained,
+    CycleRequested,
     CycleEvaluate,
     CycleCompleted,
 ):

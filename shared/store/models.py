@@ -270,6 +270,32 @@ class Evaluation(TenantOwned, Base):
     created_at: Mapped[datetime] = _created()
 
 
+class Conversation(TenantOwned, Base):
+    """A production conversation through the router: the adapter it was routed to (once, on
+    its first turn), its trajectory, and the hash of its messages so far (`tip`), by which
+    the next request of the same conversation is recognised (its history starts with them)."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (Index(None, "tenant_id", "agent_id", "tip"),)
+
+    id: Mapped[uuid.UUID] = _id()
+    agent_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    trajectory_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="SET NULL")
+    )
+    adapter_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("adapters.id", ondelete="SET NULL")
+    )
+    tip: Mapped[str] = mapped_column(String(64))
+    route: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """How it was routed: mode, chosen adapter, confidence, every candidate's score."""
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )
+
+
 class ProcessedMessage(TenantOwned, Base):
     """A handled bus message and what its handler published, for exactly-once effects."""
 

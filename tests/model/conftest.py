@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch", reason="model tests need the train extra")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from shared.llm.client import LLMClient  # noqa: E402
 from shared.serving.engine import Engine  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
 
@@ -33,6 +34,17 @@ async def client(loaded: tuple[object, Engine]) -> AsyncIterator[TestClient]:
     server, _ = loaded
     async with TestClient(TestServer(server.app())) as c:  # type: ignore[attr-defined]
         yield c
+
+
+@pytest.fixture
+async def llm(loaded: tuple[object, Engine]) -> AsyncIterator[LLMClient]:
+    """An LLM client on the real server (a real port, as the services use it)."""
+    server, _ = loaded
+    test_server = TestServer(server.app())  # type: ignore[attr-defined]
+    await test_server.start_server()
+    async with LLMClient(f"http://127.0.0.1:{test_server.port}") as client:
+        yield client
+    await test_server.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 import uuid
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 import pytest
@@ -40,8 +40,28 @@ int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 
 
+def bounded(tp: Any) -> st.SearchStrategy[Any]:
+    """A value of `Annotated[int | float, msgspec.Meta(...)]` inside its bounds."""
+    base, *metas = get_args(tp)
+    meta = next(m for m in metas if isinstance(m, msgspec.Meta))
+    if base is int:
+        low = meta.ge if meta.ge is not None else (meta.gt + 1 if meta.gt is not None else None)
+        high = meta.le if meta.le is not None else (meta.lt - 1 if meta.lt is not None else None)
+        return st.integers(min_value=low, max_value=high)
+    return st.floats(
+        min_value=meta.ge if meta.ge is not None else meta.gt,
+        max_value=meta.le if meta.le is not None else meta.lt,
+        exclude_min=meta.gt is not None,
+        exclude_max=meta.lt is not None,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+
+
 def values(tp: Any) -> st.SearchStrategy[Any]:
     """Any valid value of a contract field's type (finite floats: JSON has no NaN)."""
+    if get_origin(tp) is Annotated:
+        return bounded(tp)
     if tp is uuid.UUID:
         return st.uuids()
     if tp is str:

@@ -1,0 +1,36 @@
+"""A tiny randomly initialised Llama with SmolLM2's tokenizer: fast stand-in weights for
+training-code tests (the real SmolLM2 is trained on in the model tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def smollm2_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from shared.serving.model_files import resolve_model
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model("smollm2"))
+    except Exception as exc:  # noqa: BLE001  the model package may be absent: say so
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {exc}")
+
+
+def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
+    return LlamaForCausalLM(config)
