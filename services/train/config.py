@@ -1,6 +1,13 @@
-"""Settings of the train service (`RETRACE_*` blocks, plus `RETRACE_TRAIN_*`)."""
+"""Settings of the train service (`RETRACE_*` blocks, plus `RETRACE_TRAIN_*`).
+
+GRPO defaults are the paper's (LoRA r=16, alpha=16, lr 1e-5, group size 16, no KL); the
+rollout budget and episode lengths are what a CPU can afford, raise them on a GPU."""
 
 from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
 
 from shared.config import ServiceConfig
 
@@ -8,4 +15,25 @@ DEFAULT_PORT = 8104
 
 
 class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the train service has no settings of its own yet."""
+    rank: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
+    alpha: Annotated[int, msgspec.Meta(ge=1, le=512)] = 16
+    learning_rate: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1e-5
+    group_size: Annotated[int, msgspec.Meta(ge=2, le=256)] = 16
+    groups_per_step: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+    rollout_budget: Annotated[int, msgspec.Meta(ge=2)] = 256
+    """Episodes one adapter may spend (the equal-budget comparisons count these)."""
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    max_new_tokens: Annotated[int, msgspec.Meta(ge=1, le=8192)] = 192
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] = 6
+    temperature: Annotated[float, msgspec.Meta(gt=0, le=4)] = 1.0
+    seed: int = 0
+    threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Torch CPU threads; unset: torch's default."""
+    reflection_model: str | None = None
+    """The model that reflects in prompt optimisation (the GEPA baseline); unset: the
+    agent's own model."""
+    load_into_endpoint: bool = True
+    """Load each trained adapter into the inference endpoint (`/v1/load_lora_adapter`)."""
+    lease_s: Annotated[float, msgspec.Meta(ge=5)] = 120.0
+    """A running job's claim lasts this long without a renewal (renewed every third of it);
+    another delivery of the job while the claim lives is dropped as a duplicate."""

@@ -1,9 +1,376 @@
-"""Handlers of the train service: one async function per consumed contract."""
+"""Handlers of the train service: one job (`train.requested`) = one LoRA adapter.
+
+A job's `config`: `agent_id` (when it has no capability), `rollout_budget` (default: the
+service's), `budget_multiplier` (a baseline that must spend several adapters' budgets),
+`max_steps`, and `grpo` (overrides of the GRPO settings, e.g. `{"group_size": 8}`); the
+service adds `claim` and `progress` while it trains.
+
+A job row is claimed (status `running`, attempt counted, worker named) in its own
+transaction, so `retrace status` shows it at once; training runs in a thread, checkpointing
+under the artifact store, and a job whose message comes back (a crash, a SIGTERM, a lost
+worker) resumes from its checkpoint on whichever worker takes it. When the budget is spent
+the adapter is written to a new versioned path, registered with its training curve, loaded
+into the inference endpoint, and announced with `adapter.trained`.
+"""
 
 from __future__ import annotations
 
-from shared.bus.delivery import Handler
-from shared.messages import Contract
+import asyncio
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
-HANDLERS: dict[type[Contract], Handler] = {}
-"""Contract -> handler; the service creates one durable consumer per entry."""
+from sqlalchemy import func, select, update
+
+from services.train.config import TrainConfig
+from services.train.gepa import GEPA, GEPASettings
+from services.train.grpo import GRPOSettings, lora_policy
+from services.train.trainer import Budget, Checkpoints, Progress, train
+from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.loading import load_environment, synthetic_ref
+from shared.envs.protocol import Environment as EnvProtocol
+from shared.errors import ConfigError, PermanentError, RetryableError
+from shared.llm.client import LLMClient, LLMError
+from shared.logging import get_logger
+from shared.messages import (
+    AdapterTrained,
+    Contract,
+    PromptOptimized,
+    Sampling,
+    TrainingFailed,
+    TrainRequested,
+)
+from shared.serving.model_files import resolve_model
+from shared.store.models import Adapter, Agent, Capability, Environment, TrainingJob
+
+log = get_logger(__name__)
+
+
+class TrainStopped(RetryableError):
+    """The worker is stopping; the job goes back to the queue and resumes from its checkpoint."""
+
+
+class TrainHandlers:
+    def __init__(self, cfg: TrainConfig, client: LLMClient | None = None) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def table(self) -> dict[type[Contract], Handler]:
+        return {TrainRequested: self.train_requested}
+
+    def settings(self, overrides: dict[str, Any]) -> GRPOSettings:
+        c = self.cfg
+        base = {
+            "rank": c.rank,
+            "alpha": c.alpha,
+            "learning_rate": c.learning_rate,
+            "group_size": c.group_size,
+            "groups_per_step": c.groups_per_step,
+            "max_new_tokens": c.max_new_tokens,
+            "max_turns": c.max_turns,
+            "temperature": c.temperature,
+            "seed": c.seed,
+        }
+        if not isinstance(overrides, dict):
+            raise PermanentError(f"job config `grpo` must be an object, not {overrides!r}")
+        unknown = set(overrides) - set(base)
+        if unknown:
+            raise PermanentError(f"job config `grpo` has unknown settings {sorted(unknown)}")
+        try:
+            return GRPOSettings(**{**base, **overrides})
+        except (TypeError, ValueError) as exc:
+            raise PermanentError(f"job config is invalid: {exc}") from exc
+
+    async def train_requested(self, msg: TrainRequested, ctx: HandlerContext) -> None:
+        job = await ctx.session.get(TrainingJob, msg.job_id)
+        if job is None:
+            raise PermanentError(f"training job {msg.job_id} does not exist")
+        if job.status in ("done", "failed"):
+            log.info("training job already finished", job=str(job.id), status=job.status)
+            return
+        try:
+            env_row, agent, capability, settings, budget = await self._validate(ctx, job)
+        except PermanentError as exc:
+            self._failed(ctx, job, str(exc))
+            return
+        checkpoint = self._root(ctx.tenant) / "checkpoints" / str(job.id)
+        claim = await self._claim(ctx, job.id, checkpoint)
+        if claim != "claimed":
+            log.info("training job not taken", job=str(job.id), reason=claim)
+            return
+        lease = asyncio.create_task(self._renew(ctx, job.id))
+        ref = (
+            synthetic_ref(env_row.name, env_row.version)
+            if env_row.kind == "synthetic"
+            else env_row.name  # a target (the "GRPO on the target" baseline)
+        )
+        env = await load_environment(ctx.session, ref)
+        if job.config.get("kind") == "gepa":
+            try:
+                await self._optimise_prompt(ctx, job, env, agent, budget.rollouts)
+            finally:
+                lease.cancel()
+            return
+        stop = threading.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_step(progress: Progress, _: object) -> None:
+            last = progress.curve[-1]
+            log.info("train step", job=str(job.id), **last)
+            asyncio.run_coroutine_threadsafe(self._progress(ctx, job.id, progress), loop)
+
+        try:
+            progress, policy = await asyncio.to_thread(
+                self._train,
+                agent.model,
+                env,
+                agent.system_prompt,
+                settings,
+                budget,
+                Checkpoints(checkpoint),
+                on_step,
+                stop,
+            )
+        except asyncio.CancelledError:
+            stop.set()  # the thread ends after its current step, checkpointed
+            raise
+        except (ConfigError, PermanentError, ValueError) as exc:
+            # a model that cannot load, an environment without train tasks: no retry helps
+            self._failed(ctx, job, f"training could not run: {exc}")
+            return
+        finally:
+            lease.cancel()
+        if progress.step < budget.steps(settings):
+            raise TrainStopped(f"job {job.id} stopped at step {progress.step}")
+        await self._register(ctx, job, agent, capability, env_row, settings, progress, policy)
+
+    async def _validate(
+        self, ctx: HandlerContext, job: TrainingJob
+    ) -> tuple[Environment, Agent, Capability | None, GRPOSettings, Budget]:
+        env_row = await ctx.session.get(Environment, job.environment_id)
+        capability = (
+            await ctx.session.get(Capability, job.capability_id) if job.capability_id else None
+        )
+        if env_row is None or env_row.status != "ready":
+            raise PermanentError(f"job {job.id}: its environment is missing or not ready")
+        agent_id = capability.agent_id if capability else job.config.get("agent_id")
+        agent = await ctx.session.get(Agent, uuid.UUID(str(agent_id))) if agent_id else None
+        if agent is None:
+            raise PermanentError(f"job {job.id}: no agent (capability or config.agent_id)")
+        settings = self.settings(job.config.get("grpo", {}))
+        multiplier = job.config.get("budget_multiplier", 1)
+        if not isinstance(multiplier, int) or multiplier < 1:
+            raise PermanentError(f"job {job.id}: budget_multiplier must be a positive integer")
+        budget = Budget(
+            rollouts=int(job.config.get("rollout_budget", self.cfg.rollout_budget)) * multiplier,
+            max_steps=job.config.get("max_steps", self.cfg.max_steps),
+        )
+        if job.config.get("kind") not in (None, "grpo", "gepa"):
+            raise PermanentError(f"job {job.id}: unknown kind {job.config['kind']!r}")
+        if job.config.get("kind") != "gepa" and budget.steps(settings) < 1:
+            raise PermanentError(
+                f"job {job.id}: a budget of {budget.rollouts} rollouts buys no step of "
+                f"{settings.group_size * settings.groups_per_step}"
+            )
+        return env_row, agent, capability, settings, budget
+
+    async def _optimise_prompt(
+        self,
+        ctx: HandlerContext,
+        job: TrainingJob,
+        env: EnvProtocol,
+        agent: Agent,
+        budget: int,
+    ) -> None:
+        """The GEPA baseline: optimise the agent's system prompt within the rollout budget
+        (through the inference endpoint, like rollouts); the prompt goes into the job."""
+        if self.client is None:
+            self._failed(ctx, job, "prompt optimisation needs the inference endpoint")
+            return
+        tasks = [t for t in env.tasks() if t.split == "train"]
+        try:
+            settings = GEPASettings(
+                budget=budget,
+                agent_model=agent.model,
+                reflection_model=self.cfg.reflection_model or agent.model,
+                max_turns=self.cfg.max_turns,
+                sampling=Sampling(
+                    temperature=self.cfg.temperature, max_tokens=self.cfg.max_new_tokens
+                ),
+                seed=self.cfg.seed,
+            )
+        except ValueError as exc:
+            self._failed(ctx, job, f"prompt optimisation cannot run: {exc}")
+            return
+        started = time.perf_counter()
+        result = await GEPA(self.client, env, settings).optimise(tasks, agent.system_prompt)
+        job.status = "done"
+        job.config = {
+            **job.config,
+            "result": {
+                "prompt": result.prompt,
+                "score": result.score,
+                "seed_score": result.seed_score,
+                "candidates": len(result.candidates),
+                "iterations": result.iterations,
+                "accepted": result.accepted,
+            },
+            "progress": {"rollouts": result.rollouts},
+            "wall_s": round(time.perf_counter() - started, 3),
+        }
+        ctx.emit(PromptOptimized(job_id=job.id, cycle_id=job.cycle_id))
+        log.info(
+            "prompt optimised",
+            job=str(job.id),
+            score=round(result.score, 3),
+            seed=round(result.seed_score, 3),
+            rollouts=result.rollouts,
+        )
+
+    def _failed(self, ctx: HandlerContext, job: TrainingJob, why: str) -> None:
+        job.status = "failed"
+        job.error = why
+        ctx.emit(TrainingFailed(job_id=job.id, reason=why, cycle_id=job.cycle_id))
+        log.error("training job failed", job=str(job.id), reason=why)
+
+    def _train(
+        self,
+        model: str,
+        env: EnvProtocol,
+        system_prompt: str,
+        settings: GRPOSettings,
+        budget: Budget,
+        checkpoints: Checkpoints,
+        on_step: Any,
+        stop: threading.Event,
+    ) -> tuple[Progress, Any]:
+        import torch
+
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        policy = lora_policy(str(resolve_model(model)), settings)
+        progress = train(
+            policy,
+            env,
+            settings,
+            budget,
+            checkpoints,
+            system_prompt=system_prompt,
+            on_step=on_step,
+            should_stop=stop.is_set,
+        )
+        return progress, policy
+
+    def _root(self, tenant: str) -> Path:
+        return self.cfg.storage.artifact_path / tenant
+
+    async def _claim(self, ctx: HandlerContext, job_id: uuid.UUID, checkpoint: Path) -> str:
+        """`claimed`, or why not: `finished`, or `owned` (another delivery holds a live claim).
+
+        A redelivery of the claiming message itself always takes over: JetStream only sends
+        it again once its holder stopped working on it (a crash, a lost worker)."""
+        async with ctx.store.tenant(ctx.tenant) as session:
+            job = await session.get(TrainingJob, job_id, with_for_update=True)
+            if job is None or job.status in ("done", "failed"):
+                return "finished"
+            holder = job.config.get("claim", {})
+            age = (datetime.now(UTC) - job.updated_at).total_seconds()
+            live = job.status == "running" and age < self.cfg.lease_s
+            if live and holder.get("msg_id") != ctx.msg_id:
+                return "owned"
+            job.status = "running"
+            job.attempts += 1
+            job.worker = self.worker
+            job.checkpoint_uri = str(checkpoint)
+            job.config = {**job.config, "claim": {"msg_id": ctx.msg_id, "worker": self.worker}}
+        return "claimed"
+
+    async def _renew(self, ctx: HandlerContext, job_id: uuid.UUID) -> None:
+        """Keep the claim alive (`updated_at`) while this worker trains."""
+        while True:
+            await asyncio.sleep(self.cfg.lease_s / 3)
+            async with ctx.store.tenant(ctx.tenant) as session:
+                await session.execute(
+                    update(TrainingJob)
+                    .where(TrainingJob.id == job_id)
+                    .values(updated_at=func.now())
+                )
+
+    async def _progress(self, ctx: HandlerContext, job_id: uuid.UUID, p: Progress) -> None:
+        async with ctx.store.tenant(ctx.tenant) as session:
+            job = await session.get(TrainingJob, job_id)
+            if job is not None:
+                last = p.curve[-1] if p.curve else {}
+                job.config = {
+                    **job.config,
+                    "progress": {
+                        "step": p.step,
+                        "rollouts": p.rollouts,
+                        "mean_reward": last.get("mean_reward"),
+                    },
+                }
+
+    async def _register(
+        self,
+        ctx: HandlerContext,
+        job: TrainingJob,
+        agent: Agent,
+        capability: Capability | None,
+        env_row: Environment,
+        settings: GRPOSettings,
+        progress: Progress,
+        policy: Any,
+    ) -> None:
+        skill = capability.name if capability else env_row.name.split("/")[-1]
+        version = 1 + (
+            await ctx.session.scalar(
+                select(func.count())
+                .select_from(Adapter)
+                .where(Adapter.agent_id == agent.id, Adapter.capability_id == job.capability_id)
+            )
+            or 0
+        )
+        name = f"{agent.name}--{skill}--v{version}--{str(job.id)[:8]}"
+        path = self._root(ctx.tenant) / "adapters" / agent.name / skill / f"v{version}-{job.id}"
+        await asyncio.to_thread(policy.model.save_pretrained, path)
+        adapter = Adapter(
+            agent_id=agent.id,
+            capability_id=job.capability_id,
+            cycle_id=job.cycle_id,
+            name=name,
+            artifact_uri=str(path),
+            base_model=agent.model,
+            lora_config={
+                "r": settings.rank,
+                "alpha": settings.alpha,
+                "target_modules": list(settings.target_modules),
+                "learning_rate": settings.learning_rate,
+                "group_size": settings.group_size,
+            },
+            training_curve=progress.curve,
+            status="trained",
+        )
+        ctx.session.add(adapter)
+        await ctx.session.flush()
+        if self.client is not None and self.cfg.load_into_endpoint:
+            try:
+                await self.client.load_adapter(name, str(path))
+                adapter.status = "loaded"
+            except (LLMError, PermanentError, OSError) as exc:
+                log.warning("adapter not loaded into the endpoint", adapter=name, error=str(exc))
+        job.status = "done"
+        job.adapter_id = adapter.id
+        job.config = {
+            **job.config,
+            "progress": {"step": progress.step, "rollouts": progress.rollouts},
+            "wall_s": round(progress.wall_s, 3),
+            "resumed_from": progress.resumes,
+        }
+        ctx.emit(AdapterTrained(adapter_id=adapter.id, job_id=job.id, cycle_id=job.cycle_id))
+        log.info("adapter trained", adapter=name, steps=progress.step, rollouts=progress.rollouts)

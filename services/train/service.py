@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from services.train.config import DEFAULT_PORT, TrainConfig
-from services.train.handlers import HANDLERS
+from services.train.handlers import TrainHandlers
+from shared.llm.client import LLMClient
 from shared.runtime.service import Service
 
 NAME = "train"
 
 
 def build(cfg: TrainConfig) -> Service:
-    return Service(NAME, cfg, HANDLERS, default_port=DEFAULT_PORT)
+    # the endpoint: adapters are loaded into it, and prompt optimisation runs episodes on it
+    client = LLMClient(cfg.model.url, api_key=cfg.model.api_key)
+
+    async def close(_: Service) -> None:
+        await client.close()
+
+    handlers = TrainHandlers(cfg, client)
+    return Service(NAME, cfg, handlers.table(), default_port=DEFAULT_PORT, on_stop=close)

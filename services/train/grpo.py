@@ -1,0 +1,301 @@
+"""GRPO with LoRA over our environment protocol: multi-turn episodes, one group per task.
+
+TRL's GRPOTrainer wants single completions (or an experimental rollout hook that leaves
+multi-turn tokenisation, masking and generation to the caller), and its tool loop cannot
+give a scripted user a turn. Our loop is short, so it is ours:
+
+1. Rollout: the group's G episodes of one task run in lockstep; each turn renders every
+   active conversation with the serving prompt builder (the same template the endpoint
+   uses), samples the replies in one batched `generate`, parses them into assistant
+   messages exactly as the server would, and steps the episodes. The exact prompt and
+   completion token ids of every assistant turn are kept: the loss is computed on the
+   tokens that were sampled, never on a re-tokenisation.
+2. Advantages: reward minus the group mean, divided by the group's standard deviation
+   (`scale_rewards`); a group whose rewards are all equal teaches nothing and is dropped.
+3. Loss: minus the advantage times the log-probability of the sampled completion tokens
+   (at the sampling temperature), summed over a rollout's turns and divided by the number
+   of completion tokens in the step (token-level normalisation); no KL term (beta = 0, as
+   the paper). Being on-policy (one update per batch) the importance ratio is 1, so this is
+   the clipped objective's gradient.
+
+Everything here is synchronous torch work; the train service runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import torch
+
+from shared.envs.protocol import Environment, Message, TaskSpec, ToolCall, ToolCallFunction
+from shared.llm.openai_types import ChatRequest
+from shared.llm.tool_format import parse_reply
+from shared.serving.prompts import PromptBuilder
+
+END = "<|im_end|>"
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    rank: int = 16
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    learning_rate: float = 1e-5
+    group_size: int = 16
+    """Episodes per task: one GRPO group."""
+    groups_per_step: int = 1
+    """Groups (tasks) per optimizer step."""
+    max_new_tokens: int = 256
+    """Tokens per assistant turn."""
+    max_turns: int = 8
+    """Assistant turns per episode."""
+    max_prompt_tokens: int = 4096
+    """An episode whose conversation outgrows this ends (and is scored as it stands)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_grad_norm: float = 1.0
+    scale_rewards: bool = True
+    """Divide advantages by the group's standard deviation."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2, got {self.group_size}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        for name in ("rank", "alpha", "groups_per_step", "max_new_tokens", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+@dataclass
+class Rollout:
+    task_id: str
+    seed: int
+    reward: float
+    turns: list[Turn] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    ended: str = "done"
+    """Why the episode ended: done, max_turns, too_long, environment_error."""
+
+
+@dataclass(frozen=True)
+class StepStats:
+    groups: int
+    """Groups rolled out this step."""
+    used: int
+    """Groups with reward variance (the others were dropped)."""
+    rollouts: int
+    mean_reward: float
+    loss: float
+    completion_tokens: int
+    grad_norm: float
+
+
+class Policy:
+    """The model being trained (a peft LoRA model), its tokenizer and the prompt template."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.builder = PromptBuilder(tokenizer)
+        self.end_id = tokenizer.convert_tokens_to_ids(END)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+
+    @torch.no_grad()
+    def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
+        """One sampled completion per prompt (token ids, through `<|im_end|>` when it ended)."""
+        self.model.eval()
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: generation continues every row
+            ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            mask[row, width - len(prompt) :] = 1
+        torch.manual_seed(seed)
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=0,
+            max_new_tokens=s.max_new_tokens,
+            eos_token_id=self.end_id,
+            pad_token_id=self.pad_id,
+        )
+        completions = []
+        for row in out[:, width:].tolist():
+            if self.end_id in row:
+                row = row[: row.index(self.end_id) + 1]
+            completions.append(row)
+        return completions
+
+    def completion_logprobs(self, turn: Turn, temperature: float) -> torch.Tensor:
+        """Log-probabilities of the turn's completion tokens under the current weights."""
+        ids = torch.tensor([turn.prompt_ids + turn.completion_ids])
+        logits = self.model(input_ids=ids).logits[0, len(turn.prompt_ids) - 1 : -1]
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        target = torch.tensor(turn.completion_ids)
+        return logp.gather(1, target[:, None])[:, 0]
+
+    def to_message(self, completion: list[int]) -> Message:
+        """The assistant message the server would return for this completion."""
+        text = self.tokenizer.decode(completion, skip_special_tokens=True)
+        parsed = parse_reply(text)
+        calls = [
+            ToolCall(id=f"call_{i}", function=ToolCallFunction(name=c.name, arguments=c.arguments))
+            for i, c in enumerate(parsed.calls)
+        ]
+        return Message(role="assistant", content=parsed.content, tool_calls=calls or None)
+
+
+def rollout_group(
+    policy: Policy,
+    env: Environment,
+    task: TaskSpec,
+    seeds: Sequence[int],
+    s: GRPOSettings,
+    *,
+    system_prompt: str = "",
+    sample_seed: int = 0,
+) -> list[Rollout]:
+    """One episode per seed of `task`, run in lockstep; scored, with their exact tokens."""
+    episodes = [env.reset(task, seed) for seed in seeds]
+    histories: list[list[Message]] = []
+    for episode in episodes:
+        system = "\n\n".join(p for p in (system_prompt.strip(), episode.system_prompt) if p)
+        histories.append([Message(role="system", content=system), *episode.messages])
+    rollouts = [Rollout(task.id, seed, 0.0) for seed in seeds]
+    active = list(range(len(episodes)))
+    for turn in range(s.max_turns):
+        prompts: dict[int, list[int]] = {}
+        for i in active:
+            request = ChatRequest(
+                model="policy", messages=histories[i], tools=episodes[i].tools or None
+            )
+            ids, _ = policy.builder.build(request)
+            if len(ids) + s.max_new_tokens > s.max_prompt_tokens:
+                rollouts[i].ended = "too_long"
+            else:
+                prompts[i] = ids
+        active = list(prompts)
+        if not active:
+            break
+        completions = policy.sample([prompts[i] for i in active], s, seed=sample_seed * 1000 + turn)
+        still: list[int] = []
+        for i, completion in zip(active, completions, strict=True):
+            rollouts[i].turns.append(Turn(prompts[i], completion))
+            message = policy.to_message(completion)
+            histories[i].append(message)
+            try:
+                result = episodes[i].step(message)
+            except Exception:  # noqa: BLE001  a broken step ends the episode; it is still scored
+                rollouts[i].ended = "environment_error"
+                continue
+            histories[i].extend(result.messages)
+            if not result.done:
+                still.append(i)
+        active = still
+    for i in active:
+        rollouts[i].ended = "max_turns"
+    for rollout, episode, history in zip(rollouts, episodes, histories, strict=True):
+        rollout.reward = float(episode.score().reward)
+        rollout.messages = [msgspec.to_builtins(m) for m in history]
+    return rollouts
+
+
+def advantages(rewards: Sequence[float], scale: bool, eps: float = 1e-4) -> list[float] | None:
+    """Group-relative advantages; None for a group whose rewards are all equal."""
+    mean = statistics.fmean(rewards)
+    spread = statistics.pstdev(rewards)
+    if spread < 1e-9:
+        return None
+    return [(r - mean) / (spread + eps) if scale else r - mean for r in rewards]
+
+
+def policy_step(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    groups: Sequence[Sequence[Rollout]],
+    s: GRPOSettings,
+) -> StepStats:
+    """One optimizer step on the groups' rollouts (constant groups dropped)."""
+    weighted: list[tuple[Rollout, float]] = []
+    used = 0
+    for group in groups:
+        group_adv = advantages([r.reward for r in group], s.scale_rewards)
+        if group_adv is not None:
+            used += 1
+            weighted += [(r, a) for r, a in zip(group, group_adv, strict=True) if a != 0.0]
+    tokens = sum(len(t.completion_ids) for r, _ in weighted for t in r.turns)
+    rewards = [r.reward for g in groups for r in g]
+    loss_total = 0.0
+    grad_norm = 0.0
+    optimizer.zero_grad(set_to_none=True)
+    if weighted and tokens:
+        policy.model.train()
+        for rollout, adv in weighted:
+            for turn in rollout.turns:
+                if not turn.completion_ids:
+                    continue
+                logp = policy.completion_logprobs(turn, s.temperature)
+                loss = -adv * logp.sum() / tokens
+                loss.backward()  # one turn at a time: memory stays one sequence deep
+                loss_total += float(loss.detach())
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm))
+        if math.isfinite(grad_norm):
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return StepStats(
+        groups=len(groups),
+        used=used,
+        rollouts=len(rewards),
+        mean_reward=statistics.fmean(rewards) if rewards else 0.0,
+        loss=loss_total,
+        completion_tokens=tokens,
+        grad_norm=grad_norm,
+    )
+
+
+def lora_policy(model_dir: str, s: GRPOSettings) -> Policy:
+    """The base model from a local directory (fp32: CPU matmuls in bf16 are far slower) with a
+    fresh LoRA adapter of the settings' shape."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return lora_on(base, tokenizer, s)
+
+
+def lora_on(base: Any, tokenizer: Any, s: GRPOSettings) -> Policy:
+    """`base` with a fresh LoRA adapter (seeded), as a `Policy`."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(s.seed)
+    config = LoraConfig(
+        r=s.rank,
+        lora_alpha=s.alpha,
+        lora_dropout=s.dropout,
+        target_modules=list(s.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return Policy(get_peft_model(base, config), tokenizer)
+
+
+def optimizer_for(policy: Policy, s: GRPOSettings) -> torch.optim.Optimizer:
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=s.learning_rate, weight_decay=0.0)

@@ -1,0 +1,169 @@
+"""One adapter's training run: GRPO steps until the rollout budget is spent, checkpointed so a
+run that dies resumes where its last checkpoint left it (on this worker or another).
+
+Tasks are the environment's train split in a seeded order, cycled; step k rolls out
+`groups_per_step` groups, each task's episode seeds and sampling seeds derived from (seed,
+step, group), so a resumed run repeats what the lost one would have done. A checkpoint is a
+directory: the adapter in PEFT format, the optimizer's state, and `state.json` (step,
+rollouts used, the training curve); it is written to a temporary directory and renamed into
+place, so a crash mid-write leaves the previous one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.train.grpo import (
+    GRPOSettings,
+    Policy,
+    StepStats,
+    optimizer_for,
+    policy_step,
+    rollout_group,
+)
+from shared.envs.protocol import Environment, TaskSpec
+
+STATE = "state.json"
+OPTIMIZER = "optimizer.pt"
+ADAPTER = "adapter"
+
+
+@dataclass(frozen=True)
+class Budget:
+    rollouts: int
+    """Episodes the run may spend (group size x groups per step x steps)."""
+    max_steps: int | None = None
+
+    def steps(self, s: GRPOSettings) -> int:
+        per_step = s.group_size * s.groups_per_step
+        steps = self.rollouts // per_step
+        return min(steps, self.max_steps) if self.max_steps is not None else steps
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    rollouts: int = 0
+    wall_s: float = 0.0
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    """Per step: step, mean_reward, groups used, loss, completion tokens, grad norm, wall s."""
+    resumes: list[int] = field(default_factory=list)
+    """The step each resume started from (one entry per restart from a checkpoint)."""
+
+
+class Checkpoints:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def save(self, policy: Policy, optimizer: torch.optim.Optimizer, progress: Progress) -> None:
+        partial = self.directory.with_name(self.directory.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        policy.model.save_pretrained(partial / ADAPTER)
+        torch.save(optimizer.state_dict(), partial / OPTIMIZER)
+        (partial / STATE).write_text(json.dumps(asdict(progress)))
+        old = self.directory.with_name(self.directory.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if self.directory.exists():
+            os.replace(self.directory, old)
+        os.replace(partial, self.directory)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, policy: Policy, optimizer: torch.optim.Optimizer) -> Progress | None:
+        """The saved progress, with the adapter and optimizer restored; None if none saved."""
+        state = self.directory / STATE
+        if not state.exists():
+            return None
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = load_file(str(self.directory / ADAPTER / "adapter_model.safetensors"))
+        set_peft_model_state_dict(policy.model, weights)
+        optimizer.load_state_dict(torch.load(self.directory / OPTIMIZER, weights_only=True))
+        return Progress(**json.loads(state.read_text()))
+
+
+def task_order(tasks: Sequence[TaskSpec], seed: int) -> list[TaskSpec]:
+    ordered = sorted(tasks, key=lambda t: t.id)
+    random.Random(f"grpo-tasks:{seed}").shuffle(ordered)
+    return ordered
+
+
+def train(
+    policy: Policy,
+    env: Environment,
+    s: GRPOSettings,
+    budget: Budget,
+    checkpoints: Checkpoints,
+    *,
+    system_prompt: str = "",
+    checkpoint_every: int = 1,
+    on_step: Callable[[Progress, StepStats], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Progress:
+    """Run (or resume) the training; returns the progress when the budget is spent or
+    `should_stop()` says so (after a checkpoint)."""
+    tasks = task_order([t for t in env.tasks() if t.split == "train"], s.seed)
+    if not tasks:
+        raise ValueError("the environment has no train tasks")
+    optimizer = optimizer_for(policy, s)
+    progress = checkpoints.load(policy, optimizer)
+    if progress is None:
+        progress = Progress()
+    else:
+        progress.resumes.append(progress.step)
+    steps = budget.steps(s)
+    while progress.step < steps and not should_stop():
+        started = time.perf_counter()
+        groups = []
+        for j in range(s.groups_per_step):
+            index = progress.step * s.groups_per_step + j
+            task = tasks[index % len(tasks)]
+            seeds = [
+                random.Random(f"{s.seed}:{progress.step}:{j}:{g}").randrange(2**31)
+                for g in range(s.group_size)
+            ]
+            groups.append(
+                rollout_group(
+                    policy,
+                    env,
+                    task,
+                    seeds,
+                    s,
+                    system_prompt=system_prompt,
+                    sample_seed=s.seed * 100_003 + index,
+                )
+            )
+        stats = policy_step(policy, optimizer, groups, s)
+        progress.step += 1
+        progress.rollouts += stats.rollouts
+        wall = time.perf_counter() - started
+        progress.wall_s += wall
+        progress.curve.append(
+            {
+                "step": progress.step,
+                "mean_reward": round(stats.mean_reward, 6),
+                "groups_used": stats.used,
+                "groups": stats.groups,
+                "loss": round(stats.loss, 6),
+                "completion_tokens": stats.completion_tokens,
+                "grad_norm": round(stats.grad_norm, 6),
+                "rollouts": progress.rollouts,
+                "wall_s": round(wall, 3),
+            }
+        )
+        if progress.step % checkpoint_every == 0 or progress.step == steps:
+            checkpoints.save(policy, optimizer, progress)
+        if on_step is not None:
+            on_step(progress, stats)
+    return progress

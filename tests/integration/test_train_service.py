@@ -1,0 +1,326 @@
+"""The train service on real NATS and Postgres with a tiny random model (SmolLM2's tokenizer):
+a job becomes a registered adapter with its curve, saved in PEFT format, loaded into the
+endpoint and announced; a repeated message does not train twice; a bad job is marked failed
+with its reason and announced as `train.failed` (nothing to retry, so nothing dead-lettered)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from sqlalchemy import select
+
+torch = pytest.importorskip("torch", reason="training needs the train extra")
+
+from services.train.config import TrainConfig  # noqa: E402
+from services.train.service import build  # noqa: E402
+from shared.bus import NatsBus  # noqa: E402
+from shared.config import ModelConfig, ServiceConfig, StorageConfig  # noqa: E402
+from shared.envs.synthetic import family_spec  # noqa: E402
+from shared.messages import (  # noqa: E402
+    AdapterTrained,
+    PromptOptimized,
+    TrainingFailed,
+    TrainRequested,
+)
+from shared.store import Store  # noqa: E402
+from shared.store.agents import create_agent  # noqa: E402
+from shared.store.models import Adapter, Capability, Environment, TrainingJob  # noqa: E402
+from shared.store.tenants import create_tenant  # noqa: E402
+from tests.integration.test_delivery import dead_letters, eventually, healthy  # noqa: E402
+from tests.support.fake_chat import FakeJudge, script  # noqa: E402
+from tests.support.tiny_model import smollm2_tokenizer, tiny_llama  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tokenizer = smollm2_tokenizer()
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_llama(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+class FakeEndpoint:
+    def __init__(self) -> None:
+        self.loaded: list[dict[str, Any]] = []
+
+    async def load(self, request: web.Request) -> web.Response:
+        self.loaded.append(await request.json())
+        return web.Response(text="ok")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/load_lora_adapter", self.load)
+        return app
+
+
+def _fields(cfg: ServiceConfig) -> dict[str, object]:
+    return {f: getattr(cfg, f) for f in cfg.__struct_fields__}
+
+
+async def test_a_job_becomes_a_registered_loaded_adapter(
+    service_cfg: ServiceConfig, store: Store, tiny_model: Path, tmp_path: Path
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    spec = family_spec("set_alarm_at_time", "valid_tool_arguments")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
+        capability = Capability(
+            agent_id=agent.id, name="valid_tool_arguments", definition="", status="synthesized"
+        )
+        session.add(capability)
+        await session.flush()
+        env = Environment(
+            name="synthetic/valid_tool_arguments",
+            version=1,
+            kind="synthetic",
+            spec=msgspec.to_builtins(spec),
+            status="ready",
+            capability_id=capability.id,
+        )
+        session.add(env)
+        await session.flush()
+        # the config a cycle writes (agent id) must not be mistaken for training settings
+        job = TrainingJob(
+            environment_id=env.id, capability_id=capability.id, config={"agent_id": str(agent.id)}
+        )
+        bad = TrainingJob(
+            environment_id=env.id, capability_id=capability.id, config={"grpo": {"group_size": 1}}
+        )
+        session.add_all([job, bad])
+        await session.flush()
+        job_id, bad_id = job.id, bad.id
+    endpoint = FakeEndpoint()
+    server = TestServer(endpoint.app())
+    await server.start_server()
+    cfg = TrainConfig(
+        **{
+            **_fields(service_cfg),
+            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+            "storage": StorageConfig(data_dir=str(tmp_path)),
+        },  # type: ignore[arg-type]
+        group_size=2,
+        rollout_budget=4,
+        max_new_tokens=8,
+        max_turns=1,
+        rank=4,
+        alpha=8,
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    for jid in (job_id, job_id, bad_id):  # the first job twice: at-least-once delivery
+        await bus.publish(
+            "acme",
+            TrainRequested(job_id=jid, environment_id=env.id),
+            msg_id=f"train-{uuid.uuid4()}",
+        )
+
+    async def finished() -> bool:
+        async with store.tenant("acme") as session:
+            done = await session.get(TrainingJob, job_id)
+            refused = await session.get(TrainingJob, bad_id)
+        return (
+            done is not None
+            and done.status == "done"
+            and refused is not None
+            and refused.status == "failed"
+        )
+
+    await eventually(finished, within=240)
+    assert await dead_letters(bus) == []
+    failed = await bus.js.stream_info(
+        f"{service_cfg.nats.stream_prefix}_EVENTS",
+        subjects_filter=bus.subject("acme", TrainingFailed),
+    )
+    announced = await bus.js.stream_info(
+        f"{service_cfg.nats.stream_prefix}_EVENTS",
+        subjects_filter=bus.subject("acme", AdapterTrained),
+    )
+    service.stop()
+    await run
+    await bus.close()
+    await server.close()
+    async with store.tenant("acme") as session:
+        [adapter] = list(await session.scalars(select(Adapter)))  # trained once, not twice
+        done = await session.get(TrainingJob, job_id)
+        refused = await session.get(TrainingJob, bad_id)
+    assert done is not None and done.adapter_id == adapter.id and done.attempts >= 1
+    assert adapter.status == "loaded" and adapter.base_model == str(tiny_model)
+    assert [c["step"] for c in adapter.training_curve] == [1, 2]
+    assert adapter.training_curve[-1]["rollouts"] == 4
+    saved = Path(adapter.artifact_uri)
+    assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
+    assert (saved / "adapter_model.safetensors").exists()
+    assert endpoint.loaded == [{"lora_name": adapter.name, "lora_path": str(saved)}]
+    assert refused is not None and "group_size" in (refused.error or "")
+    assert sum((failed.state.subjects or {}).values()) == 1
+    assert sum((announced.state.subjects or {}).values()) == 1  # announced once
+
+
+async def test_a_job_stopped_mid_training_resumes_on_another_worker(
+    service_cfg: ServiceConfig, store: Store, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Worker A is stopped (SIGTERM) after a few steps: its step ends checkpointed and the
+    job goes back to the queue. Worker B (a new process's worth of state) takes the same
+    message, resumes from the checkpoint, and finishes: one adapter, steps 1..N once each."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
+        capability = Capability(agent_id=agent.id, name="valid_tool_arguments", definition="")
+        session.add(capability)
+        await session.flush()
+        env = Environment(
+            name="synthetic/valid_tool_arguments",
+            version=1,
+            kind="synthetic",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "valid_tool_arguments")),
+            status="ready",
+            capability_id=capability.id,
+        )
+        session.add(env)
+        await session.flush()
+        job = TrainingJob(environment_id=env.id, capability_id=capability.id)
+        session.add(job)
+        await session.flush()
+        job_id, env_id = job.id, env.id
+    steps = 30
+    fields = {
+        **_fields(service_cfg),
+        "storage": StorageConfig(data_dir=str(tmp_path)),
+        "consumer": msgspec.structs.replace(service_cfg.consumer, shutdown_grace=0.5),
+    }
+    cfg = TrainConfig(
+        **fields,  # type: ignore[arg-type]
+        group_size=2,
+        rollout_budget=2 * steps,
+        max_new_tokens=8,
+        max_turns=1,
+        rank=4,
+        alpha=8,
+        load_into_endpoint=False,
+    )
+
+    async def progress() -> int:
+        async with store.tenant("acme") as session:
+            row = await session.get(TrainingJob, job_id)
+        return int(((row.config if row else {}).get("progress") or {}).get("step", 0))
+
+    first = build(cfg)
+    run = asyncio.create_task(first.run())
+
+    await eventually(lambda: healthy(first))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme", TrainRequested(job_id=job_id, environment_id=env_id), msg_id=f"t-{job_id}"
+    )
+
+    async def started() -> bool:
+        return await progress() >= 3
+
+    await eventually(started, within=120)
+    first.stop()  # SIGTERM: the handler is cancelled, the job is handed back
+    await run
+    stopped_at = await progress()
+    assert 3 <= stopped_at < steps, stopped_at
+    await asyncio.sleep(1.0)  # the cancelled step ends (and checkpoints) in its thread
+    second = build(cfg)
+    run = asyncio.create_task(second.run())
+
+    async def done() -> bool:
+        async with store.tenant("acme") as session:
+            row = await session.get(TrainingJob, job_id)
+        return row is not None and row.status == "done"
+
+    await eventually(done, within=180)
+    second.stop()
+    await run
+    await bus.close()
+    async with store.tenant("acme") as session:
+        [adapter] = list(await session.scalars(select(Adapter)))
+        row = await session.get(TrainingJob, job_id)
+    assert row is not None and row.attempts == 2
+    # B started from A's last checkpoint, not from scratch
+    [resumed] = row.config["resumed_from"]
+    assert stopped_at <= resumed < steps, (stopped_at, resumed)
+    assert [c["step"] for c in adapter.training_curve] == list(range(1, steps + 1))
+    assert adapter.training_curve[-1]["rollouts"] == 2 * steps
+
+
+async def test_a_prompt_optimisation_job_writes_its_prompt_and_announces_it(
+    service_cfg: ServiceConfig, store: Store, tmp_path: Path
+) -> None:
+    """The GEPA baseline as a job: episodes on the target through the endpoint (a fake that
+    always answers in words), within the budget; the result lands in the job."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(
+            session, "bot", model="agent", environment="toolbox", system_prompt="Be helpful."
+        )
+        target = Environment(name="toolbox", version=1, kind="target", status="ready")
+        session.add(target)
+        await session.flush()
+        job = TrainingJob(
+            environment_id=target.id,
+            config={"agent_id": str(agent.id), "kind": "gepa", "rollout_budget": 8},
+        )
+        session.add(job)
+        await session.flush()
+        job_id, target_id = job.id, target.id
+    fake = FakeJudge(script("I cannot help with that."))
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    server = TestServer(app)
+    await server.start_server()
+    fields = {
+        **_fields(service_cfg),
+        "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+        "storage": StorageConfig(data_dir=str(tmp_path)),
+    }
+    service = build(TrainConfig(**fields))  # type: ignore[arg-type]
+    run = asyncio.create_task(service.run())
+
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme", TrainRequested(job_id=job_id, environment_id=target_id), msg_id=f"g-{job_id}"
+    )
+
+    async def done() -> bool:
+        async with store.tenant("acme") as session:
+            row = await session.get(TrainingJob, job_id)
+        return row is not None and row.status == "done"
+
+    await eventually(done, within=60)
+    announced = await bus.js.stream_info(
+        f"{service_cfg.nats.stream_prefix}_EVENTS",
+        subjects_filter=bus.subject("acme", PromptOptimized),
+    )
+    service.stop()
+    await run
+    await bus.close()
+    await server.close()
+    async with store.tenant("acme") as session:
+        row = await session.get(TrainingJob, job_id)
+    assert row is not None
+    result = row.config["result"]
+    # 8 rollouts score the seed on the 6 Pareto tasks but buy no iteration (2 x 3 + 6 > 8)
+    assert result["prompt"] == "Be helpful." and result["iterations"] == 0
+    assert row.config["progress"]["rollouts"] == 6 == len(fake.requests)
+    assert "Be helpful." in fake.requests[0]["messages"][0]["content"]
+    assert sum((announced.state.subjects or {}).values()) == 1

@@ -1,0 +1,91 @@
+"""GEPA against a fake endpoint: the agent is polite only when its instructions say so, the
+environment rewards politeness, and the reflection model proposes exactly that rule. The
+search must find it, score it on the Pareto set, keep to its budget, and survive unusable
+reflections."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from services.train.gepa import GEPA, GEPASettings
+from shared.envs.protocol import Message, Score, StepResult, TaskSpec
+from tests.support.fake_chat import FakeJudge, Serve
+
+
+class PoliteEpisode:
+    system_prompt = "You help users."
+    tools: list[dict[str, Any]] = []
+
+    def __init__(self, task: TaskSpec) -> None:
+        self.messages = [Message(role="user", content=task.data["request"])]
+        self.reply = ""
+
+    def step(self, assistant: Message) -> StepResult:
+        self.reply = assistant.content or ""
+        return StepResult(messages=[], done=True)
+
+    def score(self) -> Score:
+        polite = "please" in self.reply
+        return Score(
+            reward=1.0 if polite else 0.0,
+            success=polite,
+            notes=[] if polite else ["missed: polite_reply"],
+        )
+
+
+class PoliteEnvironment:
+    name = "polite"
+
+    def tasks(self) -> list[TaskSpec]:
+        return [
+            TaskSpec(id=f"p-{i:02d}", kind="p", split="train", data={"request": f"Help {i}"})
+            for i in range(12)
+        ]
+
+    def reset(self, task: TaskSpec, seed: int) -> PoliteEpisode:
+        return PoliteEpisode(task)
+
+
+def answer(reflections: list[str]) -> Any:
+    def reply(body: dict[str, Any]) -> str:
+        if body["model"] == "reflector":
+            return reflections.pop(0) if reflections else json.dumps({"prompt": "Be brief."})
+        system = body["messages"][0]["content"]
+        return "please, it is done" if "BE POLITE" in system else "done"
+
+    return reply
+
+
+def settings(budget: int) -> GEPASettings:
+    return GEPASettings(
+        budget=budget, minibatch=2, pareto=4, reflection_model="reflector", agent_model="agent"
+    )
+
+
+async def test_gepa_finds_the_rule_the_failures_call_for(serve: Serve) -> None:
+    fake = FakeJudge(answer([json.dumps({"prompt": "Always BE POLITE: say please."})]))
+    gepa = GEPA(await serve(fake), PoliteEnvironment(), settings(budget=20))
+    result = await gepa.optimise(PoliteEnvironment().tasks(), "You are a helpful assistant.")
+    assert result.seed_score == 0.0 and result.score == 1.0
+    assert "BE POLITE" in result.prompt and result.accepted >= 1
+    assert result.rollouts <= 20 and result.rollouts == gepa.used
+    assert [c.parent for c in result.candidates][:2] == [None, 0]
+    reflections = [r for r in fake.requests if r["model"] == "reflector"]
+    shown = reflections[0]["messages"][1]["content"]
+    assert "You are a helpful assistant." in shown and "missed: polite_reply" in shown
+
+
+async def test_a_useless_reflection_is_not_accepted_and_garbage_is_survived(serve: Serve) -> None:
+    fake = FakeJudge(answer(["not json", json.dumps({"prompt": "Be brief."})]))
+    gepa = GEPA(await serve(fake), PoliteEnvironment(), settings(budget=16))
+    result = await gepa.optimise(PoliteEnvironment().tasks(), "seed")
+    assert result.prompt == "seed" and result.accepted == 0 and result.score == 0.0
+    assert result.rollouts <= 16
+
+
+def test_a_budget_too_small_for_the_seed_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot even score the seed"):
+        GEPASettings(budget=3, pareto=4)
