@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+import msgspec
+
 from shared.config import ServiceConfig
 
 DEFAULT_PORT = 8080
 
 
 class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the router service has no settings of its own yet."""
+    mode: Literal["embedding", "classifier", "learned", "base"] = "embedding"
+    """How a conversation picks an adapter: `embedding` (the first user turn's similarity
+    to each adapter's training scenarios and diagnosed failures), `classifier` (the base
+    model's log-probabilities over capability labels), `learned` (the train tasks most like
+    the request vote for the configuration that won them in the last promoting cycle;
+    embedding until such a cycle exists) or `base` (never routes)."""
+    classifier_model: str = "smollm2"
+    """The model on the inference endpoint that classifies, in `classifier` mode."""
+    min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    """Below this confidence the conversation goes to the base model."""
+    profile_examples: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 32
+    """Training-scenario requests per adapter the embedding mode compares against."""
+    profile_ttl_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    """How long an agent's adapter profiles are cached (a promotion shows after this)."""
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024

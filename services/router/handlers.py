@@ -1,9 +1,470 @@
-"""Handlers of the router service: one async function per consumed contract."""
+"""The router's HTTP side: an OpenAI-compatible chat endpoint per tenant and agent.
+
+POST /v1/chat/completions (`Authorization: Bearer <tenant key>`, `model` = the agent's name):
+the first turn of a conversation is routed once (see routing.py) to one of the agent's
+production adapters or to the base model; every turn is forwarded to the inference endpoint
+with `model` set accordingly (streaming relayed as it comes), and the conversation is kept
+as a production trajectory. POST /v1/feedback reports a conversation's outcome. GET
+/v1/models lists the tenant's agents. Errors are OpenAI-shaped JSON with a clear message.
+"""
 
 from __future__ import annotations
 
-from shared.bus.delivery import Handler
-from shared.messages import Contract
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
 
-HANDLERS: dict[type[Contract], Handler] = {}
-"""Contract -> handler; the service creates one durable consumer per entry."""
+import aiohttp
+import msgspec
+from aiohttp import web
+from prometheus_client import Counter, Histogram
+from sqlalchemy import select
+
+from services.router.config import RouterConfig
+from services.router.conversations import prefix_tips, tip
+from shared.embeddings import default_embedder
+from shared.errors import PermanentError
+from shared.llm.adapters import Served
+from shared.llm.client import LLMClient, LLMError
+from shared.llm.openai_types import ChatRequest
+from shared.logging import get_logger
+from shared.routing.modes import (
+    BaseOnly,
+    Candidate,
+    ClassifierRouting,
+    EmbeddingRouting,
+    Example,
+    LearnedRouting,
+    RoutingMode,
+)
+from shared.routing.profiles import first_user_text, profiles
+from shared.runtime.service import Service
+from shared.store.agents import get_agent
+from shared.store.models import Adapter, Agent, Conversation, Trajectory
+from shared.store.tenants import tenant_for_key
+
+log = get_logger(__name__)
+CONVERSATION_HEADER = "X-Retrace-Conversation"
+ADAPTER_HEADER = "X-Retrace-Adapter"
+
+
+class Feedback(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    conversation_id: uuid.UUID
+    reward: float | None = None
+    success: bool | None = None
+
+
+def error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+
+
+class RouterApp:
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.service: Service | None = None
+        self.client = LLMClient(cfg.model.url, api_key=cfg.model.api_key)
+        self.served = Served(self.client)
+        self.mode: RoutingMode
+        if cfg.mode in ("embedding", "learned"):
+            self.mode = EmbeddingRouting(default_embedder(), cfg.min_confidence)
+        elif cfg.mode == "classifier":
+            self.mode = ClassifierRouting(self.client, cfg.classifier_model, cfg.min_confidence)
+        else:
+            self.mode = BaseOnly()
+        self.upstream = cfg.model.url.rstrip("/")
+        if not self.upstream.endswith("/v1"):
+            self.upstream += "/v1"
+        self._http: aiohttp.ClientSession | None = None
+        self._profiles: dict[tuple[str, uuid.UUID], tuple[float, list[Candidate]]] = {}
+        self.route_seconds: Histogram | None = None
+        self.routed: Counter | None = None
+
+    def attach(self, service: Service) -> None:
+        self.service = service
+        registry = service.metrics.registry
+        self.route_seconds = Histogram(
+            "retrace_router_route_seconds",
+            "Time the router adds to a request before forwarding it (routing and lookups)",
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
+        self.routed = Counter(
+            "retrace_router_requests_total",
+            "Requests forwarded, by target (adapter or base) and outcome",
+            ["target", "outcome"],
+            registry=registry,
+        )
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/feedback", self.feedback)
+        app.router.add_get("/v1/models", self.models)
+
+    async def close(self, _: Service) -> None:
+        await self.client.close()
+        if self._http is not None:
+            await self._http.close()
+
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            timeout = aiohttp.ClientTimeout(total=self.cfg.model.request_timeout)
+            self._http = aiohttp.ClientSession(timeout=timeout)
+        return self._http
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _tenant(self, request: web.Request) -> str | web.Response:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return error(401, "missing bearer token (a tenant API key)", "authentication_error")
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.cross_tenant() as session:
+            tenant = await tenant_for_key(session, auth[7:].strip())
+        if tenant is None:
+            return error(401, "unknown or revoked API key", "authentication_error")
+        return tenant
+
+    async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:
+        """The caller's tenant and the request body, or the error response."""
+        tenant = await self._tenant(request)
+        if isinstance(tenant, web.Response):
+            return tenant
+        raw = await self._body(request)
+        if isinstance(raw, web.Response):
+            return raw
+        return tenant, raw
+
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        if (request.content_length or 0) > self.cfg.max_body_bytes:
+            return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
+        raw = await request.read()
+        if len(raw) > self.cfg.max_body_bytes:
+            return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
+        return raw
+
+    async def models(self, request: web.Request) -> web.Response:
+        tenant = await self._tenant(request)
+        if isinstance(tenant, web.Response):
+            return tenant
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
+            agents = list(await session.scalars(select(Agent).order_by(Agent.name)))
+        data = [{"id": a.name, "object": "model", "owned_by": tenant} for a in agents]
+        return web.json_response({"object": "list", "data": data})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        authorized = await self._authorized(request)
+        if isinstance(authorized, web.Response):
+            return authorized
+        tenant, raw = authorized
+        try:
+            req = msgspec.json.decode(raw, type=ChatRequest)
+            body = json.loads(raw)
+        except (msgspec.DecodeError, json.JSONDecodeError) as exc:
+            return error(400, f"invalid chat request: {exc}")
+        if not req.messages:
+            return error(400, "messages must not be empty")
+        messages = [msgspec.to_builtins(m) for m in req.messages]
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
+            try:
+                agent = await get_agent(session, req.model)
+            except Exception:  # noqa: BLE001  unknown agent: the caller's mistake, said plainly
+                return error(404, f"no agent {req.model!r} for this tenant (GET /v1/models)")
+            conversation = await self._find(session, agent, request, messages)
+            if conversation is None:
+                decision = await self._mode_for(agent).decide(
+                    first_user_text(messages), await self._candidates(tenant, agent)
+                )
+                conversation = Conversation(
+                    agent_id=agent.id,
+                    adapter_id=decision.adapter.adapter_id if decision.adapter else None,
+                    tip="",
+                    route=decision.record(),
+                )
+                session.add(conversation)
+                await session.flush()
+            target = await self._target(session, agent, conversation)
+            if conversation.turns == 0:
+                try:  # an endpoint that restarted has forgotten its adapters: load it again
+                    await self.served.ensure(session, target)
+                except (PermanentError, LLMError) as exc:
+                    return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
+            conversation_id = conversation.id
+        if self.route_seconds is not None:
+            self.route_seconds.observe(time.perf_counter() - started)
+        body["model"] = target
+        headers = {CONVERSATION_HEADER: str(conversation_id), ADAPTER_HEADER: target}
+        if req.stream:
+            return await self._relay_stream(
+                request, tenant, body, messages, conversation_id, headers
+            )
+        return await self._relay(tenant, body, messages, conversation_id, headers)
+
+    async def _find(
+        self,
+        session: Any,
+        agent: Agent,
+        request: web.Request,
+        messages: Sequence[dict[str, Any]],
+    ) -> Conversation | None:
+        given = request.headers.get(CONVERSATION_HEADER)
+        if given:
+            try:
+                found = await session.get(Conversation, uuid.UUID(given))
+            except ValueError:
+                found = None
+            if found is not None and found.agent_id == agent.id:
+                return found
+        tips = prefix_tips(messages)
+        if not tips:
+            return None
+        rows = list(
+            await session.scalars(
+                select(Conversation).where(
+                    Conversation.agent_id == agent.id,
+                    Conversation.tip.in_([h for _, h in tips]),
+                )
+            )
+        )
+        by_tip = {row.tip: row for row in rows}
+        for _, h in tips:  # longest prefix first
+            if h in by_tip:
+                return by_tip[h]
+        return None
+
+    async def _target(self, session: Any, agent: Agent, conversation: Conversation) -> str:
+        if conversation.adapter_id is None:
+            return agent.model
+        adapter = await session.get(Adapter, conversation.adapter_id)
+        return adapter.name if adapter is not None else agent.model
+
+    def _mode_for(self, agent: Agent) -> RoutingMode:
+        """The configured mode; `learned` uses the examples the agent's last promoting cycle
+        left in its config (embedding routing until there are some)."""
+        examples = ((agent.config or {}).get("router") or {}).get("examples") or []
+        if self.cfg.mode != "learned" or not examples:
+            return self.mode
+        return LearnedRouting(
+            default_embedder(),
+            [Example(str(e["text"]), e.get("adapter")) for e in examples],
+            self.cfg.min_confidence,
+        )
+
+    async def _candidates(self, tenant: str, agent: Agent) -> list[Candidate]:
+        """The agent's production adapters with their profiles (cached for `profile_ttl_s`)."""
+        key = (tenant, agent.id)
+        cached = self._profiles.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self.cfg.profile_ttl_s:
+            return cached[1]
+        ids = [uuid.UUID(str(a)) for a in agent.production_adapters or []]
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
+            candidates = await profiles(session, ids, self.cfg.profile_examples)
+        self._profiles[key] = (now, candidates)
+        return candidates
+
+    # -- forwarding and recording ------------------------------------------------------------
+
+    async def _relay(
+        self,
+        tenant: str,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        conversation_id: uuid.UUID,
+        headers: dict[str, str],
+    ) -> web.Response:
+        started = time.perf_counter()
+        try:
+            async with self.http().post(f"{self.upstream}/chat/completions", json=body) as resp:
+                payload = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._count(headers, "upstream_error")
+            return error(502, f"inference endpoint unreachable: {exc!r}", "upstream_error")
+        if status != 200:
+            self._count(headers, f"upstream_{status}")
+            return web.Response(
+                body=payload, status=status, content_type="application/json", headers=headers
+            )
+        try:
+            parsed = json.loads(payload)
+            reply = parsed["choices"][0]["message"]
+            usage = parsed.get("usage", {})
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            self._count(headers, "upstream_malformed")
+            return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
+        await self._record(
+            tenant,
+            conversation_id,
+            body["model"],
+            [*messages, _assistant(reply)],
+            int(usage.get("completion_tokens", 0)),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._count(headers, "ok")
+        return web.Response(
+            body=payload, status=200, content_type="application/json", headers=headers
+        )
+
+    async def _relay_stream(
+        self,
+        request: web.Request,
+        tenant: str,
+        body: dict[str, Any],
+        messages: list[dict[str, Any]],
+        conversation_id: uuid.UUID,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        content: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        try:
+            upstream = await self.http().post(f"{self.upstream}/chat/completions", json=body)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self._count(headers, "upstream_error")
+            return error(502, f"inference endpoint unreachable: {exc!r}", "upstream_error")
+        async with upstream:
+            if upstream.status != 200:
+                self._count(headers, f"upstream_{upstream.status}")
+                return web.Response(
+                    body=await upstream.read(),
+                    status=upstream.status,
+                    content_type="application/json",
+                    headers=headers,
+                )
+            out = web.StreamResponse(
+                headers={
+                    "Content-Type": "text/event-stream",
+                    "Cache-Control": "no-cache",
+                    **headers,
+                }
+            )
+            await out.prepare(request)
+            async for line in upstream.content:
+                await out.write(line)
+                _accumulate(line, content, calls)
+        reply = {
+            "role": "assistant",
+            "content": "".join(content) or None,
+            "tool_calls": [calls[i] for i in sorted(calls)] or None,
+        }
+        await self._record(
+            tenant,
+            conversation_id,
+            body["model"],
+            [*messages, _assistant(reply)],
+            0,
+            (time.perf_counter() - started) * 1000,
+        )
+        self._count(headers, "ok")
+        await out.write_eof()
+        return out
+
+    def _count(self, headers: dict[str, str], outcome: str) -> None:
+        if self.routed is not None:
+            self.routed.labels(headers[ADAPTER_HEADER], outcome).inc()
+
+    async def _record(
+        self,
+        tenant: str,
+        conversation_id: uuid.UUID,
+        model: str,
+        messages: list[dict[str, Any]],
+        tokens: int,
+        latency_ms: float,
+    ) -> None:
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
+            conversation = await session.get(Conversation, conversation_id, with_for_update=True)
+            if conversation is None:
+                return
+            trajectory = (
+                await session.get(Trajectory, conversation.trajectory_id)
+                if conversation.trajectory_id
+                else None
+            )
+            if trajectory is None:
+                trajectory = Trajectory(
+                    agent_id=conversation.agent_id,
+                    request_id=conversation.id,
+                    adapter_id=conversation.adapter_id,
+                    source="production",
+                    model=model,
+                    messages=messages,
+                    tokens=tokens,
+                    latency_ms=latency_ms,
+                )
+                session.add(trajectory)
+                await session.flush()
+                conversation.trajectory_id = trajectory.id
+            else:
+                trajectory.messages = messages
+                trajectory.tokens += tokens
+                trajectory.latency_ms += latency_ms
+            conversation.tip = tip(messages)
+            conversation.turns += 1
+
+    async def feedback(self, request: web.Request) -> web.Response:
+        authorized = await self._authorized(request)
+        if isinstance(authorized, web.Response):
+            return authorized
+        tenant, raw = authorized
+        try:
+            fb = msgspec.json.decode(raw, type=Feedback)
+        except msgspec.DecodeError as exc:
+            return error(400, f"invalid feedback: {exc}")
+        if fb.reward is None and fb.success is None:
+            return error(400, "feedback needs `reward` (0..1) or `success` (bool)")
+        if fb.reward is not None and not 0.0 <= fb.reward <= 1.0:
+            return error(400, f"reward must be in [0, 1], got {fb.reward}")
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
+            conversation = await session.get(Conversation, fb.conversation_id)
+            if conversation is None or conversation.trajectory_id is None:
+                return error(404, f"no conversation {fb.conversation_id} for this tenant")
+            trajectory = await session.get(Trajectory, conversation.trajectory_id)
+            if trajectory is None:
+                return error(404, f"conversation {fb.conversation_id} has no trajectory")
+            success = fb.success if fb.success is not None else (fb.reward or 0.0) >= 1.0
+            trajectory.success = success
+            trajectory.reward = fb.reward if fb.reward is not None else float(success)
+        return web.json_response({"conversation_id": str(fb.conversation_id), "recorded": True})
+
+
+def _assistant(reply: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+    if reply.get("tool_calls"):
+        out["tool_calls"] = reply["tool_calls"]
+    return out
+
+
+def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]]) -> None:
+    """Fold one SSE line's delta into the reply being streamed."""
+    text = line.decode(errors="replace").strip()
+    if not text.startswith("data:"):
+        return
+    data = text[5:].strip()
+    if data == "[DONE]":
+        return
+    try:
+        chunk = json.loads(data)
+        delta = chunk["choices"][0].get("delta") or {}
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        return
+    if delta.get("content"):
+        content.append(delta["content"])
+    for call in delta.get("tool_calls") or []:
+        index = int(call.get("index", 0))
+        entry = calls.setdefault(
+            index,
+            {"id": call.get("id"), "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        function = call.get("function") or {}
+        entry["function"]["name"] += function.get("name") or ""
+        entry["function"]["arguments"] += function.get("arguments") or ""
+        entry["id"] = entry["id"] or call.get("id")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from services.router.config import DEFAULT_PORT, RouterConfig
-from services.router.handlers import HANDLERS
+from services.router.handlers import RouterApp
 from shared.runtime.service import Service
 
 NAME = "router"
 
 
 def build(cfg: RouterConfig) -> Service:
-    return Service(NAME, cfg, HANDLERS, default_port=DEFAULT_PORT)
+    app = RouterApp(cfg)
+    service = Service(
+        NAME, cfg, {}, default_port=DEFAULT_PORT, routes=app.routes, on_stop=app.close
+    )
+    app.attach(service)
+    return service

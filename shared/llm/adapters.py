@@ -1,0 +1,56 @@
+"""Making sure the inference endpoint serves a model or adapter before using it.
+
+Adapters are loaded into the endpoint when they are trained, but an endpoint that restarts
+(or a second replica) has forgotten them. A caller about to use an adapter asks here: if
+the endpoint does not list it and the tenant has an adapter of that name in the store, it
+is loaded from its artifact path (`/v1/load_lora_adapter`), the same way the train service
+loads it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.errors import PermanentError
+from shared.llm.client import LLMClient
+from shared.logging import get_logger
+from shared.store.models import Adapter
+
+log = get_logger(__name__)
+
+
+class Served:
+    """The endpoint's model list, cached for `ttl_s` (a load refreshes it)."""
+
+    def __init__(self, client: LLMClient, ttl_s: float = 10.0) -> None:
+        self.client = client
+        self.ttl_s = ttl_s
+        self._names: list[str] = []
+        self._at = float("-inf")
+
+    async def names(self, fresh: bool = False) -> list[str]:
+        if fresh or time.monotonic() - self._at > self.ttl_s:
+            self._names = await self.client.models()
+            self._at = time.monotonic()
+        return self._names
+
+    async def ensure(self, session: AsyncSession, model: str) -> None:
+        """Return once the endpoint serves `model`; load it if it is one of the tenant's
+        adapters; a `PermanentError` saying what is served otherwise."""
+        if model in await self.names():
+            return
+        if model in await self.names(fresh=True):
+            return
+        adapter = await session.scalar(select(Adapter).where(Adapter.name == model))
+        if adapter is not None and adapter.artifact_uri:
+            log.info("adapter not served; loading it", adapter=model, path=adapter.artifact_uri)
+            await self.client.load_adapter(model, adapter.artifact_uri)
+            if model in await self.names(fresh=True):
+                return
+        raise PermanentError(
+            f"the inference endpoint serves {await self.names()}, not {model!r}: "
+            "load the adapter or fix the agent's model"
+        )

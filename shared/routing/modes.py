@@ -1,0 +1,215 @@
+"""Routing modes: which adapter (or the base model) a conversation goes to, and how sure.
+
+A mode sees the first user turn and the agent's candidate adapters, each with a profile
+(its capability's name and definition, requests from its training scenarios, and requests
+of the failures the capability was diagnosed on), and returns a `Decision`. Every mode has
+a confidence threshold below which the base model answers.
+
+- `embedding`: cosine similarity of the first user turn to each profile's texts (nearest
+  example), through all-MiniLM-L6-v2 (`shared.embeddings`); confidence is the best score.
+- `classifier`: the base model picks a label (see `ClassifierRouting`).
+- `base`: always the base model (routing off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from shared.embeddings import Embedder, cosine
+from shared.envs.protocol import Message
+from shared.llm.client import LLMClient
+from shared.llm.openai_types import ChatRequest
+
+
+@dataclass(frozen=True)
+class Candidate:
+    adapter_id: uuid.UUID
+    name: str
+    """The adapter's name on the inference endpoint."""
+    capability: str
+    examples: tuple[str, ...]
+    """Profile texts: the capability in words, training-scenario and failure requests."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    adapter: Candidate | None
+    """None: the base model."""
+    confidence: float
+    mode: str
+    scores: dict[str, float] = field(default_factory=dict)
+    """Adapter name -> score."""
+
+    def record(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "adapter": self.adapter.name if self.adapter else None,
+            "confidence": round(self.confidence, 6),
+            "scores": {k: round(v, 6) for k, v in self.scores.items()},
+        }
+
+
+class RoutingMode(Protocol):
+    name: str
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision: ...
+
+
+class BaseOnly:
+    name = "base"
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        return Decision(None, 1.0, self.name)
+
+
+class EmbeddingRouting:
+    name = "embedding"
+
+    def __init__(self, embedder: Embedder, min_confidence: float) -> None:
+        self.embedder = embedder
+        self.min_confidence = min_confidence
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        if not candidates or not query.strip():
+            return Decision(None, 0.0, self.name)
+        texts = [query] + [e for c in candidates for e in c.examples]
+        # CPU work (and the model's first load): off the event loop.
+        vectors = await asyncio.to_thread(self.embedder.embed, texts)
+        q, rest = vectors[0], iter(vectors[1:])
+        scores: dict[str, float] = {}
+        for c in candidates:
+            own = [next(rest) for _ in c.examples]
+            scores[c.name] = max((cosine(q, v) for v in own), default=0.0)
+        best = max(candidates, key=lambda c: scores[c.name])
+        confidence = scores[best.name]
+        chosen = best if confidence >= self.min_confidence else None
+        return Decision(chosen, confidence, self.name, scores)
+
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXY"
+CLASSIFY_SYSTEM = "You decide which skill a request needs. Answer with one letter only."
+
+
+def classify_prompt(query: str, candidates: Sequence[Candidate]) -> str:
+    options = [
+        f"{LETTERS[i]}) {c.capability.replace('_', ' ')}"
+        + (f": {c.examples[0]}" if c.examples else "")
+        for i, c in enumerate(candidates)
+    ]
+    none = LETTERS[len(candidates)]
+    options.append(f"{none}) none of these")
+    return f"Request: {query}\n\nWhich skill does it need most?\n" + "\n".join(options)
+
+
+class ClassifierRouting:
+    """The base model as a classifier over capability labels (the paper's router): one
+    completion token, the log-probabilities of the option letters among its top tokens,
+    normalised over the options; confidence is the winner's share. "None of these" winning,
+    or a confidence below the threshold, keeps the base model."""
+
+    name = "classifier"
+
+    def __init__(
+        self, client: LLMClient, model: str, min_confidence: float, top_logprobs: int = 20
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.min_confidence = min_confidence
+        self.top_logprobs = top_logprobs
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        if not candidates or not query.strip():
+            return Decision(None, 0.0, self.name)
+        shown = list(candidates[: len(LETTERS) - 1])
+        response = await self.client.chat(
+            ChatRequest(
+                model=self.model,
+                messages=[
+                    Message(role="system", content=CLASSIFY_SYSTEM),
+                    Message(role="user", content=classify_prompt(query, shown)),
+                ],
+                temperature=0.0,
+                max_tokens=1,
+                logprobs=True,
+                top_logprobs=self.top_logprobs,
+            )
+        )
+        choice = response.choices[0] if response.choices else None
+        first = choice.logprobs.content[0] if choice and choice.logprobs else None
+        found: dict[str, float] = {}
+        for top in first.top_logprobs if first else []:
+            letter = top.token.strip().rstrip(")").upper()
+            if len(letter) == 1 and letter in LETTERS and letter not in found:
+                found[letter] = top.logprob
+        letters = [LETTERS[i] for i in range(len(shown) + 1)]
+        weights = {k: math.exp(found[k]) for k in letters if k in found}
+        total = sum(weights.values())
+        if not total:
+            return Decision(None, 0.0, self.name)
+        probs = {k: v / total for k, v in weights.items()}
+        scores = {c.name: probs.get(LETTERS[i], 0.0) for i, c in enumerate(shown)}
+        best = max(probs, key=lambda k: probs[k])
+        confidence = probs[best]
+        index = letters.index(best)
+        chosen = shown[index] if index < len(shown) and confidence >= self.min_confidence else None
+        return Decision(chosen, confidence, self.name, scores)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A train task's opening request and the configuration that did best on it (an adapter
+    name; None: the base model), from a cycle's evaluation on train tasks."""
+
+    text: str
+    adapter: str | None
+
+
+class LearnedRouting:
+    """A router learned from evaluation results: the k train tasks most similar to the
+    query (MiniLM cosine) vote, weighted by similarity, for the configuration that won them.
+    Confidence is the winner's share of the votes; the base model wins when it gets the most
+    votes or the confidence is below the threshold."""
+
+    name = "learned"
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        examples: Sequence[Example],
+        min_confidence: float,
+        k: int = 5,
+    ) -> None:
+        self.embedder = embedder
+        self.examples = list(examples)
+        self.min_confidence = min_confidence
+        self.k = k
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        names = {c.name for c in candidates}
+        usable = [e for e in self.examples if e.adapter is None or e.adapter in names]
+        if not usable or not query.strip():
+            return Decision(None, 0.0, self.name)
+        vectors = await asyncio.to_thread(self.embedder.embed, [query] + [e.text for e in usable])
+        q = vectors[0]
+        ranked = sorted(
+            ((max(0.0, cosine(q, v)), e) for v, e in zip(vectors[1:], usable, strict=True)),
+            key=lambda pair: -pair[0],
+        )[: self.k]
+        votes: dict[str | None, float] = {}
+        for similarity, example in ranked:
+            votes[example.adapter] = votes.get(example.adapter, 0.0) + similarity
+        total = sum(votes.values())
+        if not total:
+            return Decision(None, 0.0, self.name)
+        best = max(votes, key=lambda label: (votes[label], label is None))
+        confidence = votes[best] / total
+        scores = {c.name: votes.get(c.name, 0.0) / total for c in candidates}
+        chosen = next((c for c in candidates if c.name == best), None)
+        if chosen is None or confidence < self.min_confidence:
+            return Decision(None, confidence, self.name, scores)
+        return Decision(chosen, confidence, self.name, scores)

@@ -1,0 +1,58 @@
+"""An endpoint that forgot an adapter (a restart) gets it loaded again from the store before
+it is used; an unknown model is refused with what the endpoint serves."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from shared.errors import PermanentError
+from shared.llm.adapters import Served
+from shared.llm.client import LLMClient
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Adapter
+from shared.store.tenants import create_tenant
+
+
+async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
+    served = ["smollm2"]
+    loads: list[dict[str, str]] = []
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": m} for m in served]})
+
+    async def load(request: web.Request) -> web.Response:
+        body = await request.json()
+        loads.append(body)
+        served.append(body["lora_name"])
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/load_lora_adapter", load)
+    server = TestServer(app)
+    await server.start_server()
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        session.add(
+            Adapter(
+                agent_id=agent.id,
+                name="bot--alarms--v1",
+                base_model="smollm2",
+                artifact_uri="/artifacts/alarms/v1",
+            )
+        )
+    async with LLMClient(f"http://127.0.0.1:{server.port}") as client:
+        ensure = Served(client, ttl_s=60).ensure
+        async with store.tenant("acme") as session:
+            await ensure(session, "smollm2")
+            await ensure(session, "bot--alarms--v1")
+            await ensure(session, "bot--alarms--v1")  # now served: no second load
+            with pytest.raises(PermanentError, match=r"serves .*not 'ghost'"):
+                await ensure(session, "ghost")
+    await server.close()
+    assert loads == [{"lora_name": "bot--alarms--v1", "lora_path": "/artifacts/alarms/v1"}]

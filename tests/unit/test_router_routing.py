@@ -1,0 +1,181 @@
+"""Router pieces: conversation tips recognise the next turn (property-tested), and the
+embedding mode routes by similarity with a base-model fallback below its threshold."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.router.conversations import canonical, prefix_tips, tip
+from shared.routing.modes import (
+    BaseOnly,
+    Candidate,
+    ClassifierRouting,
+    EmbeddingRouting,
+    Example,
+    LearnedRouting,
+)
+from shared.routing.profiles import first_user_text
+from tests.support.fake_chat import FakeJudge, Serve, script
+
+text = st.text(max_size=40)
+call = st.fixed_dictionaries(
+    {
+        "id": st.text(min_size=1, max_size=8),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {
+                "name": st.sampled_from(["set_alarm", "send_message"]),
+                "arguments": st.dictionaries(st.sampled_from("abc"), text, max_size=3).map(
+                    json.dumps
+                ),
+            }
+        ),
+    }
+)
+message = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "tool"]), "content": text}),
+    st.fixed_dictionaries(
+        {"role": st.just("assistant"), "content": st.one_of(st.none(), text)},
+        optional={"tool_calls": st.lists(call, min_size=1, max_size=2)},
+    ),
+)
+
+
+@given(st.lists(message, min_size=1, max_size=8), st.lists(message, max_size=4))
+def test_a_conversations_tip_is_found_among_the_next_requests_prefixes(
+    history: list[dict[str, Any]], more: list[dict[str, Any]]
+) -> None:
+    reply = {"role": "assistant", "content": "done"}
+    stored = tip([*history, reply])
+    next_request = [*history, reply, *more]
+    assert stored in [h for _, h in prefix_tips(next_request)]
+    # longest first, and only prefixes that end on an assistant turn
+    lengths = [n for n, _ in prefix_tips(next_request)]
+    assert lengths == sorted(lengths, reverse=True)
+    assert all(next_request[n - 1]["role"] == "assistant" for n in lengths)
+
+
+@given(st.lists(message, min_size=1, max_size=6))
+def test_tips_ignore_key_order_null_content_and_argument_spacing(
+    history: list[dict[str, Any]],
+) -> None:
+    reordered = [dict(reversed(list(m.items()))) for m in history]
+    assert tip(reordered) == tip(history)
+    respaced = [
+        {
+            **m,
+            "content": m.get("content") or None,
+            "tool_calls": [
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": json.dumps(json.loads(c["function"]["arguments"]), indent=2),
+                    },
+                }
+                for c in m.get("tool_calls") or []
+            ]
+            or None,
+        }
+        for m in history
+    ]
+    assert tip(respaced) == tip(history)
+
+
+def test_a_different_conversation_has_a_different_tip() -> None:
+    a = [{"role": "user", "content": "Set an alarm at 7"}, {"role": "assistant", "content": "ok"}]
+    b = [{"role": "user", "content": "Set an alarm at 8"}, {"role": "assistant", "content": "ok"}]
+    assert tip(a) != tip(b)
+    assert canonical({"role": "user"}) == {"role": "user", "content": ""}
+    assert first_user_text([{"role": "system", "content": "x"}, *a]) == "Set an alarm at 7"
+
+
+class Words:
+    """A fake embedder: bag-of-words unit vectors over a tiny vocabulary."""
+
+    VOCAB = ("alarm", "wake", "text", "message", "convert", "currency")
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        out = []
+        for t in texts:
+            v = [float(t.lower().count(w)) for w in self.VOCAB]
+            norm = sum(x * x for x in v) ** 0.5 or 1.0
+            out.append([x / norm for x in v])
+        return out
+
+
+ALARMS = Candidate(uuid.uuid4(), "bot--alarms--v1", "alarms", ("set an alarm", "wake me alarm"))
+TEXTS = Candidate(uuid.uuid4(), "bot--texts--v1", "texts", ("send a text message",))
+
+
+async def test_embedding_routes_to_the_most_similar_adapter() -> None:
+    router = EmbeddingRouting(Words(), min_confidence=0.5)
+    decision = await router.decide("Please set an alarm to wake me", [ALARMS, TEXTS])
+    assert decision.adapter == ALARMS and decision.confidence > 0.9
+    assert set(decision.scores) == {ALARMS.name, TEXTS.name}
+    assert decision.record()["adapter"] == ALARMS.name
+
+
+async def test_low_confidence_and_no_candidates_fall_back_to_the_base_model() -> None:
+    router = EmbeddingRouting(Words(), min_confidence=0.5)
+    unsure = await router.decide("convert 5 euros", [ALARMS, TEXTS])
+    assert unsure.adapter is None and unsure.confidence < 0.5 and unsure.scores
+    assert (await router.decide("anything", [])).adapter is None
+    assert (await BaseOnly().decide("set an alarm", [ALARMS])).adapter is None
+
+
+async def test_classifier_reads_label_logprobs_and_falls_back_when_unsure(serve: Serve) -> None:
+    import math
+
+    sure = FakeJudge(script("A"), top_logprobs={"A": math.log(0.8), "B": math.log(0.1), "x": -1.0})
+    router = ClassifierRouting(await serve(sure), "smollm2", min_confidence=0.5)
+    decision = await router.decide("wake me at 7", [ALARMS, TEXTS])
+    assert decision.adapter == ALARMS and decision.confidence == pytest.approx(0.8 / 0.9)
+    assert decision.scores == {
+        ALARMS.name: pytest.approx(0.8 / 0.9),
+        TEXTS.name: pytest.approx(0.1 / 0.9),
+    }
+    [body] = sure.requests
+    assert body["max_tokens"] == 1 and body["logprobs"] is True and body["temperature"] == 0.0
+    prompt = body["messages"][1]["content"]
+    assert "A) alarms: set an alarm" in prompt and "C) none of these" in prompt
+
+    none = FakeJudge(script("C"), top_logprobs={"C": math.log(0.7), "A": math.log(0.3)})
+    router = ClassifierRouting(await serve(none), "smollm2", min_confidence=0.5)
+    assert (await router.decide("what is 2+2", [ALARMS, TEXTS])).adapter is None
+
+    split = FakeJudge(
+        script("A"), top_logprobs={"A": math.log(0.4), "B": math.log(0.35), "C": math.log(0.25)}
+    )
+    router = ClassifierRouting(await serve(split), "smollm2", min_confidence=0.5)
+    unsure = await router.decide("set an alarm or text?", [ALARMS, TEXTS])
+    assert unsure.adapter is None and unsure.confidence == pytest.approx(0.4)
+
+    mute = FakeJudge(script("hello"), top_logprobs={"hello": -0.1})
+    router = ClassifierRouting(await serve(mute), "smollm2", min_confidence=0.5)
+    assert (await router.decide("set an alarm", [ALARMS])).adapter is None
+
+
+async def test_learned_routing_follows_the_winners_of_similar_train_tasks() -> None:
+    examples = [
+        Example("set an alarm at six", ALARMS.name),
+        Example("wake me with an alarm", ALARMS.name),
+        Example("send a text message to Ann", TEXTS.name),
+        Example("convert currency please", None),  # the base model won this one
+    ]
+    router = LearnedRouting(Words(), examples, min_confidence=0.6, k=3)
+    decision = await router.decide("alarm to wake me", [ALARMS, TEXTS])
+    assert decision.adapter == ALARMS and decision.confidence > 0.9
+    assert (await router.decide("convert currency", [ALARMS, TEXTS])).adapter is None
+    texts = await router.decide("a text message", [ALARMS, TEXTS])
+    assert texts.adapter == TEXTS
+    # an adapter that is not a candidate (no longer in production) gets no vote
+    assert (await router.decide("a text message", [ALARMS])).adapter is None
+    assert (await LearnedRouting(Words(), [], 0.5).decide("x", [ALARMS])).adapter is None
