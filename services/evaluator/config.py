@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+import msgspec
+
 from shared.config import ServiceConfig
 
 DEFAULT_PORT = 8105
 
 
 class EvaluatorConfig(ServiceConfig, kw_only=True, frozen=True):
-    """The shared blocks; the evaluator service has no settings of its own yet."""
+    min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    """Routing threshold when scoring the routed set (the router's own default)."""
+    routing_mode: Literal["embedding", "learned"] = "embedding"
+    """How the routed set is scored: embedding similarity to the adapters' profiles, or the
+    router learned from the cycle's train-task results (needs `route_tasks` > 0 in the
+    cycle's settings; embedding otherwise)."""
+    monitor_interval_s: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    """How often the failure-rate monitor looks at production outcomes; 0 turns it off."""
+    monitor_window: Annotated[int, msgspec.Meta(ge=1)] = 50
+    """Latest production conversations with feedback it looks at, per agent."""
+    monitor_min_samples: Annotated[int, msgspec.Meta(ge=1)] = 20
+    monitor_threshold: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    """Failure rate at which a cycle starts by itself."""
+    monitor_rearm: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.4
+    """After firing, the rate must fall below this before the monitor can fire again."""
+    monitor_cooldown_s: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
+    cycle_stall_s: Annotated[float, msgspec.Meta(ge=60)] = 86_400.0
+    """An active cycle that has not changed state for this long is failed (checked with the
+    monitor's passes)."""

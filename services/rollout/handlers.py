@@ -15,6 +15,7 @@ from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
 from shared.errors import PermanentError, RetryableError
+from shared.llm.adapters import Served
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import Contract, RolloutCompleted, RolloutRequested, Sampling
@@ -31,6 +32,7 @@ class RolloutHandlers:
     def __init__(self, cfg: RolloutConfig, client: LLMClient) -> None:
         self.cfg = cfg
         self.client = client
+        self.served = Served(client)
 
     def table(self) -> dict[type[Contract], Handler]:
         return {RolloutRequested: self.rollout_requested}
@@ -63,12 +65,7 @@ class RolloutHandlers:
             already_stored=len(tasks) * msg.trials - len(todo),
         )
         model = msg.adapter or agent.model
-        served = await self.client.models()
-        if model not in served:
-            raise PermanentError(
-                f"the inference endpoint serves {served}, not {model!r}: "
-                "load the adapter or fix the agent's model"
-            )
+        await self.served.ensure(ctx.session, model)
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
 
         async def one(task: TaskSpec, trial: int) -> None:
@@ -79,7 +76,9 @@ class RolloutHandlers:
                     env,
                     task,
                     seed=_seed(task),
-                    agent_prompt=agent.system_prompt,
+                    agent_prompt=(
+                        msg.system_prompt if msg.system_prompt is not None else agent.system_prompt
+                    ),
                     sampling=_sampling(msg.sampling, trial),
                     max_turns=self.cfg.max_turns,
                 )

@@ -64,6 +64,7 @@ def print_capabilities(caps: list[dict[str, Any]]) -> None:
     table = Table(title="capabilities (latest diagnosis)")
     for col in (
         "capability",
+        "verdict",
         "status",
         "coverage",
         "delta (± sd)",

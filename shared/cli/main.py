@@ -26,11 +26,14 @@ from shared.cli.context import (
     read_state,
     urls,
 )
+from shared.cli.demo import demo
+from shared.cli.improve import improve, report
 from shared.cli.rollout import rollout
 from shared.cli.serve import serve_model
 from shared.cli.status import Report, collect
 from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
 from shared.cli.synthesize import synthesize
+from shared.cli.train import adapters, train
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
 from shared.logging import configure_logging
@@ -209,6 +212,11 @@ def _print_report(report: Report) -> None:
     console.print(
         "cycles: " + (", ".join(f"{k}={v}" for k, v in sorted(report.cycles.items())) or "none")
     )
+    for a in report.active:
+        console.print(
+            f"  {a.tenant}/{a.agent}: {a.state} ({a.trigger}, {a.age_s:.0f}s in this stage) "
+            f"cycle {a.cycle}"
+        )
     for e in report.errors:
         err.print(f"[yellow]{e}")
 
@@ -237,7 +245,21 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-for command in (rollout, diagnose, capabilities, synthesize, serve_model, migrate, tenant, agent):
+for command in (
+    rollout,
+    diagnose,
+    capabilities,
+    synthesize,
+    train,
+    adapters,
+    improve,
+    report,
+    demo,
+    serve_model,
+    migrate,
+    tenant,
+    agent,
+):
     cli.add_command(command)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import defaultdict
 from typing import cast
 
 import click
@@ -16,8 +15,8 @@ from sqlalchemy import func, select
 from shared.bus import NatsBus
 from shared.cli.context import load_settings, make_console, urls
 from shared.config import ServiceConfig
-from shared.envs.protocol import TaskSpec
 from shared.envs.registry import get_environment
+from shared.envs.selection import pick_tasks
 from shared.errors import PermanentError
 from shared.messages import Purpose, RolloutRequested, Sampling, Split
 from shared.reports import RolloutSummary, summarise_request
@@ -26,23 +25,6 @@ from shared.store.agents import get_agent
 from shared.store.models import Trajectory
 
 console = make_console()
-
-
-def pick_tasks(tasks: list[TaskSpec], limit: int | None) -> list[TaskSpec]:
-    """The first `limit` tasks taken round-robin over kinds (sorted ids), so a small sample still
-    covers every kind; all tasks when no limit."""
-    if not limit or limit >= len(tasks):
-        return tasks
-    by_kind: dict[str, list[TaskSpec]] = defaultdict(list)
-    for task in sorted(tasks, key=lambda t: t.id):
-        by_kind[task.kind].append(task)
-    picked: list[TaskSpec] = []
-    queues = [by_kind[k] for k in sorted(by_kind)]
-    while len(picked) < limit:
-        for queue in queues:
-            if queue and len(picked) < limit:
-                picked.append(queue.pop(0))
-    return picked
 
 
 async def run_rollout(

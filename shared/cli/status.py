@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from shared.cli.context import RunState
 from shared.config import ServiceConfig
 from shared.store import Store
-from shared.store.models import Cycle
+from shared.store.models import Agent, Cycle
 
 HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 
@@ -34,6 +34,16 @@ class QueueStatus(msgspec.Struct, kw_only=True):
     redelivered: int
 
 
+class ActiveCycle(msgspec.Struct, kw_only=True):
+    tenant: str
+    agent: str
+    cycle: str
+    state: str
+    trigger: str
+    age_s: float
+    """Seconds since the cycle last changed state."""
+
+
 class Report(msgspec.Struct, kw_only=True):
     running: bool
     services: list[ServiceStatus]
@@ -41,6 +51,8 @@ class Report(msgspec.Struct, kw_only=True):
     dead_letters: int | None
     cycles: dict[str, int]
     errors: list[str]
+    active: list[ActiveCycle] = msgspec.field(default_factory=list)
+    """Cycles under way, with their stage."""
 
     @property
     def healthy(self) -> bool:
@@ -94,10 +106,34 @@ async def _queues(url: str, cfg: ServiceConfig) -> tuple[list[QueueStatus], int 
         await nc.close()
 
 
-async def _cycles(store: Store) -> dict[str, int]:
+async def _cycles(store: Store) -> tuple[dict[str, int], list[ActiveCycle]]:
     async with store.cross_tenant() as session:
         rows = await session.execute(select(Cycle.state, func.count()).group_by(Cycle.state))
-        return {state: count for state, count in rows}
+        counts = {state: count for state, count in rows}
+        active = await session.execute(
+            select(
+                Cycle.tenant_id,
+                Agent.name,
+                Cycle.id,
+                Cycle.state,
+                Cycle.trigger,
+                func.extract("epoch", func.now() - Cycle.updated_at),
+            )
+            .join(Agent, Agent.id == Cycle.agent_id)
+            .where(Cycle.state.not_in(("completed", "failed")))
+            .order_by(Cycle.created_at)
+        )
+        return counts, [
+            ActiveCycle(
+                tenant=tenant,
+                agent=agent,
+                cycle=str(cycle_id),
+                state=state,
+                trigger=trigger,
+                age_s=round(float(age), 1),
+            )
+            for tenant, agent, cycle_id, state, trigger, age in active
+        ]
 
 
 async def collect(
@@ -122,10 +158,11 @@ async def collect(
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             errors.append(f"NATS unreachable at {nats_url}: {exc!r}")
     cycles: dict[str, int] = {}
+    active: list[ActiveCycle] = []
     if db_url:
         store = Store.connect(cfg.database, db_url)
         try:
-            cycles = await _cycles(store)
+            cycles, active = await _cycles(store)
         except Exception as exc:  # noqa: BLE001  boundary: any database failure is reported
             errors.append(f"Postgres unreachable: {exc!r}")
         finally:
@@ -137,4 +174,5 @@ async def collect(
         dead_letters=dead,
         cycles=cycles,
         errors=errors,
+        active=active,
     )

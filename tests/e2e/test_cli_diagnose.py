@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.cli.rollout import pick_tasks
 from shared.envs.registry import get_environment
+from shared.envs.selection import pick_tasks
 from tests.e2e.test_cli_up import cli, env, running_up  # noqa: F401  (fixture)
 from tests.support.oracle_llm import OracleLLM, serve_in_thread
 
@@ -70,3 +70,48 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
             assert "synthetic/" in synthesized.stdout and "failed" in synthesized.stdout, (
                 synthesized.stdout
             )
+            # nothing calibrated, so nothing to train: said plainly, nothing queued
+            trained = cli(env, "train", "bot", "--wait", "10")
+            assert trained.returncode == 1 and "no calibrated environment" in trained.stderr
+            listed = cli(env, "adapters", "bot")
+            assert listed.returncode == 0 and "no adapters" in listed.stdout
+
+
+def test_improve_follows_a_cycle_to_its_end(env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    """The whole chain through real services: the oracle fails half the toolbox tasks, so
+    contrast keeps a capability; it knows no synthetic task, so calibration fails; the cycle
+    then ends `failed` with the reason, and `retrace report` says so too."""
+    toolbox = get_environment("toolbox")
+    sample = pick_tasks([t for t in toolbox.tasks() if t.split == "train"], 12)
+    failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
+    with serve_in_thread(OracleLLM(toolbox, fail=failing).app()) as model_url:
+        env = {
+            **env,
+            "RETRACE_MODEL_URL": model_url,
+            "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
+            "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
+            "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
+        }
+        with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25000):
+            made = cli(env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox")
+            assert made.returncode == 0, made.stderr
+            result = cli(
+                env,
+                "improve",
+                "bot",
+                "--diagnose-tasks",
+                "12",
+                "--diagnose-trials",
+                "1",
+                "--wait",
+                "200",
+                timeout=260,
+            )
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert "no capability got a calibrated environment" in result.stdout, result.stdout
+            shown = cli(env, "report", "bot", "--out", str(tmp_path / "report"))
+            assert shown.returncode == 0, shown.stderr
+            assert "no capability got a calibrated environment" in shown.stdout
+            assert (tmp_path / "report" / "report.md").read_text().startswith("# retrace cycle")
+            status = cli(env, "status")
+            assert "failed" in status.stdout, status.stdout

@@ -3,28 +3,14 @@ helpdesk episodes through the same runner the rollout service uses."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-from aiohttp.test_utils import TestServer
 
 from shared.envs.registry import get_environment
 from shared.envs.runner import run_episode
 from shared.llm.client import LLMClient
 from shared.messages import Sampling
-from shared.serving.engine import Engine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-async def llm(loaded: tuple[object, Engine]) -> AsyncIterator[LLMClient]:
-    server, _ = loaded
-    test_server = TestServer(server.app())  # type: ignore[attr-defined]
-    await test_server.start_server()
-    async with LLMClient(f"http://127.0.0.1:{test_server.port}") as client:
-        yield client
-    await test_server.close()
 
 
 @pytest.mark.parametrize("env_name", ["toolbox", "helpdesk"])

@@ -1,0 +1,107 @@
+"""`retrace demo`: one whole TRACE cycle on a fresh machine, on the embedded defaults.
+
+Starts `retrace up` (embedded NATS and Postgres, the six services, SmolLM2 served on CPU
+unless `RETRACE_MODEL_URL` names an endpoint), registers the agent `demo-bot` on toolbox,
+runs `retrace improve` with a CPU budget (stated up front), prints the report, writes it as
+Markdown and plots, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from shared.cli.context import make_console
+
+console = make_console()
+AGENT = "demo-bot"
+
+
+def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> int:
+    return subprocess.run(
+        [sys.executable, "-m", "shared.cli.main", *args], timeout=timeout, check=check
+    ).returncode
+
+
+@click.command("demo")
+@click.option("--diagnose-tasks", type=int, default=24, show_default=True)
+@click.option("--diagnose-trials", type=int, default=4, show_default=True)
+@click.option("--eval-tasks", type=int, default=24, show_default=True)
+@click.option("--eval-trials", type=int, default=2, show_default=True)
+@click.option("--budget", type=int, default=64, show_default=True, help="Rollouts per adapter.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("retrace-demo-report"),
+    show_default=True,
+)
+@click.option("--ready-timeout", type=float, default=600.0, show_default=True)
+def demo(
+    diagnose_tasks: int,
+    diagnose_trials: int,
+    eval_tasks: int,
+    eval_trials: int,
+    budget: int,
+    out: Path,
+    ready_timeout: float,
+) -> None:
+    """Run one complete cycle on toolbox with the embedded defaults, then show the report."""
+    console.print(
+        f"[bold]retrace demo[/]: agent {AGENT} (SmolLM2 on toolbox). Budget: diagnosis "
+        f"{diagnose_tasks} train tasks x {diagnose_trials}, {budget} GRPO rollouts per "
+        f"adapter, evaluation {eval_tasks} test tasks x {eval_trials} per configuration. "
+        "On 2 CPU cores the diagnosis alone takes about 10 minutes."
+    )
+    log = Path(os.environ.get("RETRACE_STORAGE_DATA_DIR", ".retrace")) / "demo-up.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli.main", "up", "--ready-timeout", str(ready_timeout)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    started = time.monotonic()
+    try:
+        deadline = time.monotonic() + ready_timeout + 60
+        while "all services healthy" not in log.read_text():
+            if up.poll() is not None:
+                raise click.ClickException(f"`retrace up` exited ({up.returncode}); see {log}")
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"services did not become healthy; see {log}")
+            time.sleep(2)
+        console.print(f"services up in {time.monotonic() - started:.0f}s (log: {log})")
+        listed = subprocess.run(
+            [sys.executable, "-m", "shared.cli.main", "agent", "list"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if AGENT not in listed.stdout:
+            _retrace("agent", "create", AGENT, "--model", "smollm2", "--env", "toolbox", check=True)
+        code = _retrace(
+            "improve",
+            AGENT,
+            "--diagnose-tasks", str(diagnose_tasks),
+            "--diagnose-trials", str(diagnose_trials),
+            "--eval-tasks", str(eval_tasks),
+            "--eval-trials", str(eval_trials),
+            "--budget", str(budget),
+        )  # fmt: skip
+        _retrace("report", AGENT, "--out", str(out))
+        console.print(
+            f"demo finished in {time.monotonic() - started:.0f}s "
+            f"({'cycle completed' if code == 0 else 'cycle failed: see the reason above'})"
+        )
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            up.kill()
+        _retrace("down")

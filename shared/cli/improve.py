@@ -1,0 +1,322 @@
+"""`retrace improve` (one TRACE cycle, followed live) and `retrace report` (a cycle's report
+as tables, Markdown and PNG plots)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+from rich.table import Table
+from sqlalchemy import func, select
+
+from shared.bus import NatsBus
+from shared.cli.context import load_settings, make_console, open_store, urls
+from shared.config import ServiceConfig
+from shared.errors import PermanentError
+from shared.messages import CycleRequested, CycleSettings
+from shared.store.agents import get_agent
+from shared.store.models import Adapter, Cycle, TrainingJob, Trajectory
+
+console = make_console()
+ENDED = ("completed", "failed")
+
+
+async def _snapshot(cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID) -> dict[str, Any]:
+    async with open_store(cfg) as store, store.tenant(tenant) as session:
+        cycle = await session.get(Cycle, cycle_id)
+        if cycle is None:
+            return {"state": "requested"}
+        rollouts = await session.scalar(
+            select(func.count()).select_from(Trajectory).where(Trajectory.cycle_id == cycle_id)
+        )
+        jobs = list(
+            await session.scalars(select(TrainingJob).where(TrainingJob.cycle_id == cycle_id))
+        )
+        steps = []
+        for j in jobs:
+            progress = j.config.get("progress") or {}
+            reward = progress.get("mean_reward")
+            steps.append(
+                f"{progress.get('step', 0)} steps"
+                + (f", reward {reward:.2f}" if reward is not None else "")
+                + f" ({j.status})"
+            )
+        return {
+            "state": cycle.state,
+            "rollouts": rollouts or 0,
+            "training": ", ".join(steps),
+            "reason": cycle.reason,
+            "error": cycle.error,
+            "data": cycle.data,
+        }
+
+
+async def run_improve(
+    cfg: ServiceConfig, tenant: str, agent_name: str, settings: CycleSettings, wait_s: float
+) -> tuple[uuid.UUID, dict[str, Any]]:
+    nats_url, _ = urls(cfg, start=False)
+    if not nats_url:
+        raise click.ClickException("nothing is running: start the services first with `retrace up`")
+    async with open_store(cfg) as store, store.tenant(tenant) as session:
+        agent = await get_agent(session, agent_name)
+    cycle_id = uuid.uuid4()
+    bus = await NatsBus.connect(nats_url, cfg.nats)
+    try:
+        await bus.publish(
+            tenant,
+            CycleRequested(cycle_id=cycle_id, agent_id=agent.id, settings=settings),
+            msg_id=f"cli-improve/{cycle_id}",
+        )
+    finally:
+        await bus.close()
+    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
+    with console.status("cycle requested") as status:
+        while time.monotonic() < deadline:
+            snap = await _snapshot(cfg, tenant, cycle_id)
+            elapsed = time.monotonic() - started
+            status.update(
+                f"[bold]{snap['state']}[/]  rollouts {snap.get('rollouts', 0)}"
+                + (f"  training: {snap['training']}" if snap.get("training") else "")
+                + f"  {elapsed:.0f}s"
+            )
+            if snap["state"] in ENDED:
+                return cycle_id, snap
+            await asyncio.sleep(2.0)
+    raise click.ClickException(f"cycle {cycle_id} did not end in time: see `retrace status`")
+
+
+def print_report(snap: dict[str, Any]) -> None:
+    report = (snap.get("data") or {}).get("report")
+    if not report:
+        console.print(f"cycle {snap['state']}: {snap.get('error') or snap.get('reason')}")
+        return
+    table = Table(title="evaluation on the test split")
+    for col in ("configuration", "episodes", "pass rate [95% CI]", "mean reward", "pass^k"):
+        table.add_column(col)
+    for name, s in report["configs"].items():
+        k = max(s["pass_hat_k"], key=int) if s["pass_hat_k"] else None
+        table.add_row(
+            name,
+            str(s["episodes"]),
+            f"{s['pass_rate']:.1%} [{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}]",
+            f"{s['mean_reward']:.3f}",
+            f"k={k}: {s['pass_hat_k'][k]:.1%}" if k else "-",
+        )
+    console.print(table)
+    c = report["comparison"]
+    console.print(
+        f"routed vs {report['incumbent']}: {c['diff']:+.3f} per task "
+        f"[{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}], McNemar p={c['mcnemar_p']:.3g}, "
+        f"bootstrap p={c['bootstrap_p']:.3g}; oracle routing ceiling "
+        f"{report['oracle']['pass_rate']:.1%}"
+    )
+    for name, v in (report.get("baselines") or {}).items():
+        console.print(
+            f"routed vs {name} (same rollout budget): {v['diff']:+.3f} per task "
+            f"[{v['diff_ci95'][0]:+.3f}, {v['diff_ci95'][1]:+.3f}], McNemar p={v['mcnemar_p']:.3g}"
+        )
+    verdict = report["verdict"]
+    console.print(
+        ("[green]promoted[/]: " if verdict["promote"] else "[yellow]kept[/]: ") + verdict["reason"]
+    )
+
+
+def write_report(
+    snap: dict[str, Any], curves: list[tuple[str, list[dict[str, Any]]]], out: Path
+) -> list[Path]:
+    """Markdown plus PNG plots (pass rate per configuration with intervals, reward curves)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    report = (snap.get("data") or {}).get("report") or {}
+
+    def save(fig: Any, name: str, caption: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+        lines.append(f"![{caption}]({name})\n")
+
+    lines = [f"# retrace cycle report\n\nState: {snap['state']}. {snap.get('reason') or ''}\n"]
+    if report:
+        lines.append(
+            "| configuration | episodes | pass rate | 95% CI | mean reward | training rollouts |"
+        )
+        lines.append("|---|---:|---:|---|---:|---:|")
+        rollouts = report.get("rollouts_spent") or {}
+        for name, s in report["configs"].items():
+            lines.append(
+                f"| {name} | {s['episodes']} | {s['pass_rate']:.1%} | "
+                f"[{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}] | {s['mean_reward']:.3f} | "
+                f"{rollouts.get(name, 0)} |"
+            )
+        c = report["comparison"]
+        lines.append(
+            f"\nRouted vs {report['incumbent']}: {c['diff']:+.3f} per task, McNemar "
+            f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}. Oracle routing "
+            f"ceiling: {report['oracle']['pass_rate']:.1%}. "
+            f"Verdict: {report['verdict']['reason']}\n"
+        )
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = list(report["configs"])
+        rates = [report["configs"][n]["pass_rate"] for n in names]
+        bars = [_error_bar(report["configs"][n]) for n in names]
+        ax.bar(
+            range(len(names)),
+            rates,
+            yerr=[[low for low, _ in bars], [high for _, high in bars]],
+            capsize=4,
+            color="tab:blue",
+        )
+        ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("pass rate (test split), 95% CI")
+        save(fig, "pass_rate.png", "pass rate per configuration")
+    spent = report.get("rollouts_spent") or {}
+    if report and spent:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, s in report["configs"].items():
+            x = spent.get(name, 0)
+            ax.errorbar(
+                x,
+                s["pass_rate"],
+                yerr=[[bar] for bar in _error_bar(s)],
+                fmt="o",
+                capsize=3,
+            )
+            ax.annotate(
+                name, (x, s["pass_rate"]), fontsize=7, xytext=(4, 4), textcoords="offset points"
+            )
+        ax.set_xlabel("training rollouts spent")
+        ax.set_ylabel("pass rate (test split), 95% CI")
+        save(fig, "pass_rate_vs_rollouts.png", "pass rate vs rollouts spent")
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, curve in curves:
+            ax.plot([p["rollouts"] for p in curve], [p["mean_reward"] for p in curve], label=name)
+        ax.set_xlabel("rollouts spent")
+        ax.set_ylabel("mean reward per step")
+        ax.legend(fontsize=7)
+        save(fig, "reward_curves.png", "training reward curves")
+    md = out / "report.md"
+    md.write_text("\n".join(lines))
+    written.insert(0, md)
+    return written
+
+
+def _error_bar(stats: dict[str, Any]) -> tuple[float, float]:
+    """Distances from a pass rate down and up to its interval's ends (never negative)."""
+    rate, (low, high) = stats["pass_rate"], stats["ci95"]
+    return max(0.0, rate - low), max(0.0, high - rate)
+
+
+async def _curves(
+    cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    async with open_store(cfg) as store, store.tenant(tenant) as session:
+        return [
+            (a.name, a.training_curve or [])
+            for a in await session.scalars(select(Adapter).where(Adapter.cycle_id == cycle_id))
+        ]
+
+
+@click.command("improve")
+@click.argument("agent_name")
+@click.option("--tenant", default="default", envvar="RETRACE_TENANT", show_default=True)
+@click.option("--diagnose-tasks", type=int, default=24, show_default=True)
+@click.option("--diagnose-trials", type=int, default=4, show_default=True)
+@click.option("--eval-tasks", type=int, default=24, show_default=True)
+@click.option("--eval-trials", type=int, default=2, show_default=True)
+@click.option("--budget", type=int, default=None, help="Rollouts per adapter.")
+@click.option(
+    "--route-tasks",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Train tasks to learn a router from (base and each adapter run on them once).",
+)
+@click.option(
+    "--baseline/--no-baseline",
+    default=True,
+    show_default=True,
+    help="Also run the baselines (GRPO on the target, GEPA prompt optimisation) with the "
+    "same rollouts, and compare.",
+)
+@click.option("--wait", "wait_s", default=14_400.0, show_default=True)
+def improve(
+    agent_name: str,
+    tenant: str,
+    diagnose_tasks: int,
+    diagnose_trials: int,
+    eval_tasks: int,
+    eval_trials: int,
+    budget: int | None,
+    route_tasks: int,
+    baseline: bool,
+    wait_s: float,
+) -> None:
+    """Run one TRACE cycle for the agent (diagnose, synthesize, train, evaluate, promote)."""
+    raw = {
+        "diagnose_tasks": diagnose_tasks,
+        "diagnose_trials": diagnose_trials,
+        "eval_tasks": eval_tasks,
+        "eval_trials": eval_trials,
+        "rollout_budget": budget,
+        "route_tasks": route_tasks,
+        "baselines": ["grpo_target", "gepa"] if baseline else [],
+    }
+    try:
+        settings = msgspec.convert(raw, CycleSettings)
+    except msgspec.ValidationError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    cfg = load_settings()
+    try:
+        _, snap = asyncio.run(run_improve(cfg, tenant, agent_name, settings, wait_s))
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print_report(snap)
+    if snap["state"] == "failed":
+        raise SystemExit(1)
+
+
+@click.command("report")
+@click.argument("agent_name")
+@click.option("--tenant", default="default", envvar="RETRACE_TENANT", show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write report.md and PNG plots here.",
+)
+def report(agent_name: str, tenant: str, out: Path | None) -> None:
+    """The agent's latest cycle: its report, as tables (and Markdown plus plots with --out)."""
+    cfg = load_settings()
+
+    async def run() -> tuple[uuid.UUID, dict[str, Any], list[tuple[str, list[dict[str, Any]]]]]:
+        async with open_store(cfg) as store, store.tenant(tenant) as session:
+            agent = await get_agent(session, agent_name)
+            cycle = await session.scalar(
+                select(Cycle).where(Cycle.agent_id == agent.id).order_by(Cycle.created_at.desc())
+            )
+        if cycle is None:
+            raise click.ClickException(f"no cycle for {agent_name!r}: run `retrace improve`")
+        snap = await _snapshot(cfg, tenant, cycle.id)
+        return cycle.id, snap, await _curves(cfg, tenant, cycle.id)
+
+    try:
+        _, snap, curves = asyncio.run(run())
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print_report(snap)
+    if out is not None:
+        for path in write_report(snap, curves, out):
+            console.print(f"wrote {path}")

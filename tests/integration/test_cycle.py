@@ -1,0 +1,432 @@
+"""The cycle state machine in the evaluator service, on real NATS and Postgres. The test plays
+the other services: it publishes the events they would (capabilities identified, an
+environment ready and one failed, an adapter trained, evaluation rollouts completed, with
+their rows) and checks each transition, what the evaluator asks of the others, that repeated
+events change nothing, the promotion, and that a second cycle for a busy agent is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import msgspec
+import pytest
+from sqlalchemy import select
+
+from services.evaluator.config import EvaluatorConfig
+from services.evaluator.handlers import EvaluatorHandlers
+from shared.bus import NatsBus
+from shared.config import ServiceConfig
+from shared.envs.registry import get_environment
+from shared.envs.selection import pick_tasks
+from shared.envs.synthetic import family_spec
+from shared.messages import (
+    AdapterTrained,
+    CapabilitiesIdentified,
+    Contract,
+    CycleCompleted,
+    CycleRequested,
+    CycleSettings,
+    EnvironmentReady,
+    PromptOptimized,
+    RolloutCompleted,
+    RolloutRequested,
+    SynthesisFailed,
+    TrainingFailed,
+    TrainRequested,
+    decode,
+)
+from shared.routing.modes import Candidate, Decision
+from shared.runtime.service import Service
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import (
+    Adapter,
+    Agent,
+    Capability,
+    Cycle,
+    Environment,
+    Evaluation,
+    Task,
+    TrainingJob,
+    Trajectory,
+)
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually, healthy
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+SETTINGS = CycleSettings(diagnose_tasks=4, eval_tasks=4, eval_trials=2, route_tasks=2)
+
+
+class FirstAdapter:
+    """A routing mode that sends every task to the first candidate."""
+
+    name = "first"
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        return Decision(candidates[0] if candidates else None, 1.0, self.name)
+
+
+async def emitted(bus: NatsBus, stream: str, contract: type[Contract]) -> list[Contract]:
+    """Every message of `contract` in `stream`, in order."""
+    js = bus.js
+    subject = bus.subject("acme", contract)
+    info = await js.stream_info(stream)
+    out = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            raw = await js.get_msg(stream, seq)
+        except Exception:  # noqa: BLE001  a deleted sequence
+            continue
+        if raw.subject == subject:
+            out.append(decode(raw.data, contract))
+    return out
+
+
+async def test_a_cycle_runs_through_its_states_and_promotes(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        agent_id = agent.id
+    cfg = EvaluatorConfig(**{f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__})  # type: ignore[arg-type]
+    service = Service(
+        "evaluator", cfg, EvaluatorHandlers(cfg, FirstAdapter()).table(), default_port=0
+    )
+    run = asyncio.create_task(service.run())
+
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    events = f"{service_cfg.nats.stream_prefix}_EVENTS"
+    work = f"{service_cfg.nats.stream_prefix}_WORK"
+
+    async def send(message: Contract) -> None:
+        await bus.publish("acme", message, msg_id=f"t-{uuid.uuid4()}")
+
+    async def state(cycle_id: uuid.UUID) -> str | None:
+        async with store.tenant("acme") as session:
+            row = await session.get(Cycle, cycle_id)
+            return row.state if row else None
+
+    async def reaches(cycle_id: uuid.UUID, wanted: str) -> None:
+        async def check() -> bool:
+            return await state(cycle_id) == wanted
+
+        await eventually(check, within=30)
+
+    cycle_id = uuid.uuid4()
+    await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=SETTINGS))
+    await reaches(cycle_id, "diagnosing")
+    [diagnosis] = await emitted(bus, events, RolloutRequested)
+    assert diagnosis.purpose == "diagnose" and diagnosis.cycle_id == cycle_id  # type: ignore[attr-defined]
+    assert len(diagnosis.task_ids) == 4 and diagnosis.split == "train"  # type: ignore[attr-defined]
+
+    # a second cycle while this one runs is refused, and says why
+    busy = uuid.uuid4()
+    await send(CycleRequested(cycle_id=busy, agent_id=agent_id, settings=SETTINGS))
+    await reaches(busy, "failed")
+    async with store.tenant("acme") as session:
+        refused = await session.get(Cycle, busy)
+        assert refused is not None and "already has an active cycle" in (refused.error or "")
+
+    # contrast found two capabilities
+    async with store.tenant("acme") as session:
+        caps = [
+            Capability(
+                agent_id=agent_id, cycle_id=cycle_id, name=n, definition=n, status="identified"
+            )
+            for n in ("set_alarms", "ask_first")
+        ]
+        session.add_all(caps)
+        await session.flush()
+        cap_ids = [cap.id for cap in caps]
+    identified = CapabilitiesIdentified(
+        agent_id=agent_id, capability_ids=cap_ids, cycle_id=cycle_id
+    )
+    await send(identified)
+    await reaches(cycle_id, "synthesizing")
+    await send(identified)  # a repeat changes nothing
+
+    # one environment ready, the other failed; the target's row exists (the diagnosis
+    # rollout imported its tasks), so the GRPO-on-target baseline is trained too
+    async with store.tenant("acme") as session:
+        target = Environment(name="toolbox", version=1, kind="target", status="ready")
+        session.add(target)
+        await session.flush()
+        target_id = target.id
+        env = Environment(
+            name="synthetic/set_alarms",
+            version=1,
+            kind="synthetic",
+            status="ready",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "set_alarms")),
+            capability_id=cap_ids[0],
+        )
+        session.add(env)
+        await session.flush()
+        env_id = env.id
+    await send(EnvironmentReady(environment_id=env_id, capability_id=cap_ids[0], cycle_id=cycle_id))
+    await asyncio.sleep(0.5)
+    assert await state(cycle_id) == "synthesizing"  # waiting for the other capability
+    await send(SynthesisFailed(capability_id=cap_ids[1], reason="too hard", cycle_id=cycle_id))
+    await reaches(cycle_id, "training")
+    trains = await emitted(bus, work, TrainRequested)
+    async with store.tenant("acme") as session:
+        all_jobs = list(await session.scalars(select(TrainingJob)))
+    assert {t.job_id for t in trains} == {j.id for j in all_jobs}  # type: ignore[attr-defined]
+    [job] = [j for j in all_jobs if j.environment_id == env_id]
+    [baseline_job] = [
+        j for j in all_jobs if j.environment_id == target_id and "kind" not in j.config
+    ]
+    [gepa_job] = [j for j in all_jobs if j.config.get("kind") == "gepa"]
+    assert baseline_job.capability_id is None and gepa_job.environment_id == target_id
+    # one capability adapter: each baseline spends one adapter's budget (equal budgets)
+    assert baseline_job.config["budget_multiplier"] == gepa_job.config["budget_multiplier"] == 1
+
+    # the adapter and the baseline are trained
+    async with store.tenant("acme") as session:
+        baseline = Adapter(
+            agent_id=agent_id,
+            cycle_id=cycle_id,
+            name="bot--toolbox--v1",
+            base_model="smollm2",
+            status="loaded",
+            training_curve=[{"step": 1, "rollouts": 32, "mean_reward": 0.1}],
+        )
+        session.add(baseline)
+        await session.flush()
+        baseline_id = baseline.id
+        adapter = Adapter(
+            agent_id=agent_id,
+            capability_id=cap_ids[0],
+            cycle_id=cycle_id,
+            name="bot--set_alarms--v1",
+            base_model="smollm2",
+            status="loaded",
+            training_curve=[{"step": 1, "rollouts": 32, "mean_reward": 0.2}],
+        )
+        session.add(adapter)
+        await session.flush()
+        adapter_id = adapter.id
+    await send(AdapterTrained(adapter_id=adapter_id, job_id=job.id, cycle_id=cycle_id))
+    await asyncio.sleep(0.5)
+    assert await state(cycle_id) == "training"  # waiting for the baseline
+    await send(AdapterTrained(adapter_id=baseline_id, job_id=baseline_job.id, cycle_id=cycle_id))
+    await asyncio.sleep(0.5)
+    assert await state(cycle_id) == "training"  # waiting for the prompt optimisation
+    async with store.tenant("acme") as session:
+        row = await session.get(TrainingJob, gepa_job.id)
+        assert row is not None
+        row.status = "done"
+        row.config = {
+            **row.config,
+            "result": {"prompt": "Be polite and use the tools."},
+            "progress": {"rollouts": 30},
+        }
+    await send(PromptOptimized(job_id=gepa_job.id, cycle_id=cycle_id))
+    await reaches(cycle_id, "evaluating")
+    requested = [m for m in await emitted(bus, events, RolloutRequested) if m.purpose == "evaluate"]  # type: ignore[attr-defined]
+    evals = [m for m in requested if m.split == "test"]  # type: ignore[attr-defined]
+    route = [m for m in requested if m.split == "train"]  # type: ignore[attr-defined]
+    # the learned router's data: base and the new adapter on 2 train tasks, one trial each
+    assert sorted(str(m.adapter) for m in route) == ["None", "bot--set_alarms--v1"]  # type: ignore[attr-defined]
+    assert all(len(m.task_ids) == 2 and m.trials == 1 for m in route)  # type: ignore[attr-defined]
+    assert sorted(str(m.adapter) for m in evals) == [  # type: ignore[attr-defined]
+        "None",
+        "None",
+        "bot--set_alarms--v1",
+        "bot--toolbox--v1",
+    ]
+    prompts = [m.system_prompt for m in evals if m.system_prompt]  # type: ignore[attr-defined]
+    assert prompts == ["Be polite and use the tools."]  # the GEPA baseline's prompt
+    assert len({tuple(m.task_ids) for m in evals}) == 1  # type: ignore[attr-defined]
+    assert {m.sampling.seed for m in evals} == {SETTINGS.seed}  # type: ignore[attr-defined]
+
+    # the rollouts ran: the base model fails every test task, the adapter solves every one,
+    # the baseline half of them
+    toolbox = get_environment("toolbox")
+    tests = pick_tasks([t for t in toolbox.tasks() if t.split == "test"], 4)
+    async with store.tenant("acme") as session:
+        rows = {}
+        for t in tests:
+            row = Task(environment_id=target_id, external_id=t.id, split="test", kind=t.kind)
+            session.add(row)
+            await session.flush()
+            rows[t.id] = row.id
+        for m in evals:
+            for i, t in enumerate(tests):
+                good = (
+                    m.adapter == "bot--set_alarms--v1"  # type: ignore[attr-defined]
+                    or (m.adapter == "bot--toolbox--v1" and i % 2 == 0)  # type: ignore[attr-defined]
+                    or (m.system_prompt is not None and i == 0)  # type: ignore[attr-defined]
+                )
+                for trial in range(2):
+                    session.add(
+                        Trajectory(
+                            agent_id=agent_id,
+                            request_id=m.request_id,
+                            cycle_id=cycle_id,  # type: ignore[attr-defined]
+                            task_id=rows[t.id],
+                            trial=trial,
+                            reward=1.0 if good else 0.0,
+                            success=good,
+                            messages=[{"role": "user", "content": t.data["request"]}],
+                        )
+                    )
+        # on the train tasks the adapter wins the first and ties the second
+        trains = {t.id: t for t in toolbox.tasks() if t.id in route[0].task_ids}  # type: ignore[attr-defined]
+        for t in trains.values():
+            row = Task(environment_id=target_id, external_id=t.id, split="train", kind=t.kind)
+            session.add(row)
+            await session.flush()
+            rows[t.id] = row.id
+        for m in route:
+            for i, task_id in enumerate(m.task_ids):  # type: ignore[attr-defined]
+                good = i == 1 or m.adapter is not None  # type: ignore[attr-defined]
+                session.add(
+                    Trajectory(
+                        agent_id=agent_id,
+                        request_id=m.request_id,  # type: ignore[attr-defined]
+                        cycle_id=cycle_id,
+                        task_id=rows[task_id],
+                        trial=0,
+                        reward=1.0 if good else 0.0,
+                        success=good,
+                        messages=[{"role": "user", "content": trains[task_id].data["request"]}],
+                    )
+                )
+    for m in requested:
+        await send(
+            RolloutCompleted(
+                request_id=m.request_id,
+                agent_id=agent_id,
+                trajectories=8,  # type: ignore[attr-defined]
+                successes=0,
+                mean_reward=0.0,
+                cycle_id=cycle_id,
+                purpose="evaluate",
+            )
+        )
+    await reaches(cycle_id, "completed")
+    ended = {m.cycle_id: m for m in await emitted(bus, events, CycleCompleted)}  # type: ignore[attr-defined]
+    assert ended[cycle_id].outcome == "promoted", ended  # type: ignore[attr-defined]
+    assert ended[busy].outcome == "failed"  # type: ignore[attr-defined]  # the refused one
+    async with store.tenant("acme") as session:
+        finished = await session.get(Cycle, cycle_id)
+        agent_row = await session.get(Agent, agent_id)
+        configs = {e.configuration for e in await session.scalars(select(Evaluation))}
+    assert finished is not None and agent_row is not None
+    assert agent_row.production_adapters == [str(adapter_id)]  # not the baseline
+    report = finished.data["report"]
+    assert report["configs"]["routed"]["pass_rate"] == 1.0
+    assert report["configs"]["base"]["pass_rate"] == 0.0
+    assert report["comparison"]["only_candidate"] == 8 and report["verdict"]["promote"]
+    assert configs == {
+        "base",
+        "adapter:bot--set_alarms--v1",
+        "baseline:grpo_target",
+        "baseline:gepa",
+        "routed",
+    }
+    assert report["configs"]["baseline:gepa"]["pass_rate"] == 0.25
+    assert report["rollouts_spent"] == {
+        "base": 0,
+        "adapter:bot--set_alarms--v1": 32,
+        "baseline:grpo_target": 32,
+        "baseline:gepa": 30,
+        "routed": 32,
+    }
+    assert report["configs"]["baseline:grpo_target"]["pass_rate"] == 0.5
+    versus = report["baselines"]["baseline:grpo_target"]
+    assert versus["only_candidate"] == 4 and versus["only_incumbent"] == 0
+    assert "baseline" not in str(report["oracle"])  # the ceiling is over base and adapters
+    assert "beats base" in finished.reason
+    first, second = route[0].task_ids  # type: ignore[attr-defined]
+    learned = {e["text"]: e["adapter"] for e in report["router_examples"]}
+    assert learned == {
+        trains[first].data["request"]: "bot--set_alarms--v1",
+        trains[second].data["request"]: None,
+    }
+    assert agent_row.config["router"]["examples"] == report["router_examples"]
+    service.stop()
+    await run
+    await bus.close()
+
+
+async def test_a_cycle_whose_training_fails_ends_failed_with_the_reason(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        agent_id = agent.id
+        cap = Capability(agent_id=agent_id, name="set_alarms", definition="x")
+        session.add(cap)
+        await session.flush()
+        env = Environment(
+            name="synthetic/set_alarms",
+            version=1,
+            kind="synthetic",
+            status="ready",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "set_alarms")),
+            capability_id=cap.id,
+        )
+        session.add(env)
+        await session.flush()
+        cap_id, env_id = cap.id, env.id
+    cfg = EvaluatorConfig(**{f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__})  # type: ignore[arg-type]
+    service = Service(
+        "evaluator", cfg, EvaluatorHandlers(cfg, FirstAdapter()).table(), default_port=0
+    )
+    run = asyncio.create_task(service.run())
+
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    cycle_id = uuid.uuid4()
+
+    async def state() -> str | None:
+        async with store.tenant("acme") as session:
+            row = await session.get(Cycle, cycle_id)
+            return row.state if row else None
+
+    async def send(message: Contract) -> None:
+        await bus.publish("acme", message, msg_id=f"t-{uuid.uuid4()}")
+
+    for message, wanted in (
+        (CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=SETTINGS), "diagnosing"),
+        (
+            CapabilitiesIdentified(agent_id=agent_id, capability_ids=[cap_id], cycle_id=cycle_id),
+            "synthesizing",
+        ),
+        (
+            EnvironmentReady(environment_id=env_id, capability_id=cap_id, cycle_id=cycle_id),
+            "training",
+        ),
+    ):
+        await send(message)
+
+        async def reached(wanted: str = wanted) -> bool:
+            return await state() == wanted
+
+        await eventually(reached, within=30)
+    async with store.tenant("acme") as session:
+        [job] = list(await session.scalars(select(TrainingJob)))
+    await send(TrainingFailed(job_id=job.id, reason="model would not load", cycle_id=cycle_id))
+
+    async def failed() -> bool:
+        return await state() == "failed"
+
+    await eventually(failed, within=30)
+    async with store.tenant("acme") as session:
+        row = await session.get(Cycle, cycle_id)
+    assert row is not None and "no adapter was trained" in (row.error or "")
+    assert "model would not load" in (row.error or "")
+    [done] = await emitted(bus, f"{service_cfg.nats.stream_prefix}_EVENTS", CycleCompleted)
+    assert done.outcome == "failed"  # type: ignore[attr-defined]
+    service.stop()
+    await run
+    await bus.close()
