@@ -18,9 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.model_server import spawn, wait_up
-from shared.cli.rollout import pick_tasks
 from shared.envs.registry import get_environment
 from shared.envs.runner import run_episode
+from shared.envs.selection import pick_tasks
 from shared.llm.client import LLMClient
 from shared.messages import Sampling
 from shared.stats import pass_hat_k, wilson
