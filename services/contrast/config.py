@@ -33,5 +33,9 @@ class ContrastConfig(ServiceConfig, kw_only=True, frozen=True):
     merge_text_similarity: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     """Text similarity at which two capabilities are duplicates whatever they cover; unset:
     the similarity's own default (0.8 for embeddings, 0.5 for word overlap)."""
+    min_successes: Annotated[int, msgspec.Meta(ge=0)] = 5
+    """Below this many successful trajectories in a diagnosis, the reference solutions of the
+    failed train tasks (replayed and graded) join the successes, so an agent that almost never
+    succeeds can still be contrasted (see `services/contrast/references.py`); 0: never."""
     merge_failure_overlap: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
     """Overlap (Jaccard) of covered failures at which two capabilities are duplicates."""

@@ -11,6 +11,7 @@ from services.contrast.config import ContrastConfig
 from services.contrast.deterministic import CATALOGUE
 from services.contrast.diagnosis import diagnose, similarity
 from services.contrast.judge import JudgeConfig, JudgeLabeller, JudgeProposer
+from services.contrast.references import reference_views
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
 from shared.bus.delivery import Handler, HandlerContext
 from shared.llm.client import LLMClient
@@ -42,8 +43,18 @@ class ContrastHandlers:
         if msg.purpose != "diagnose":
             return
         views, skipped = await self._trajectories(ctx, msg.request_id)
+        references: list[TrajectoryView] = []
+        if sum(v.success for v in views) < self.cfg.min_successes:
+            failed = {v.task_id for v in views if not v.success}
+            references = await reference_views(ctx.session, msg.request_id, failed)
+            log.info(
+                "few successes: reference solutions join the contrast",
+                request=str(msg.request_id),
+                successes=sum(v.success for v in views),
+                references=len(references),
+            )
         results = await diagnose(
-            views,
+            [*views, *references],
             self.cfg,
             proposer=self.proposer,
             judge=self.judge,
@@ -80,6 +91,7 @@ class ContrastHandlers:
                     "failures_covered": stats.failures_covered,
                     "merged": stats.merged,
                     "trajectories": len(views),
+                    "references": len(references),
                     "skipped_malformed": skipped,
                 },
             )

@@ -217,3 +217,94 @@ async def test_a_configured_judge_proposes_and_labels(
     await run
     await bus.close()
     await judge_server.close()
+
+
+async def _plant_prose_only(store: Store, request_id: uuid.UUID) -> uuid.UUID:
+    """Real toolbox episodes of an agent that only ever answers in prose (the base model's
+    behaviour): every task that needs a tool fails, and the agent has no success that used one."""
+    from services.rollout.tasks import import_tasks
+    from shared.envs.protocol import Message
+    from shared.envs.toolbox import ToolboxEnvironment
+
+    env = ToolboxEnvironment()
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="m", environment="toolbox")
+    env_id, task_ids = await import_tasks(store, "acme", env)
+    tasks = [t for t in env.tasks() if t.split == "train"][:16]
+    async with store.tenant("acme") as session:
+        for task in tasks:
+            episode = env.reset(task, 0)
+            reply = Message(role="assistant", content="Sure, I have taken care of that for you.")
+            result = episode.step(reply)
+            score = episode.score()
+            messages = [
+                {"role": "system", "content": episode.system_prompt},
+                *[msgspec.to_builtins(m) for m in (*episode.messages, reply, *result.messages)],
+            ]
+            session.add(
+                Trajectory(
+                    agent_id=agent.id,
+                    request_id=request_id,
+                    task_id=task_ids[task.id],
+                    environment_id=env_id,
+                    trial=0,
+                    messages=messages,
+                    reward=score.reward,
+                    success=score.success,
+                    reward_breakdown={"checks": score.breakdown, "calls": [], "error": None},
+                )
+            )
+    return agent.id
+
+
+@pytest.mark.parametrize("min_successes", [5, 0])
+async def test_reference_solutions_stand_in_for_missing_successes(
+    service_cfg: ServiceConfig, store: Store, min_successes: int
+) -> None:
+    request_id = uuid.uuid4()
+    agent_id = await _plant_prose_only(store, request_id)
+    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
+    service = build(ContrastConfig(**fields, min_successes=min_successes))  # type: ignore[arg-type]
+    run = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        return (await service.health()).status == "ok"
+
+    await eventually(ready)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme",
+        RolloutCompleted(
+            request_id=request_id,
+            agent_id=agent_id,
+            trajectories=16,
+            successes=0,
+            mean_reward=0.0,
+            purpose="diagnose",
+        ),
+        msg_id=f"prose-{request_id}",
+    )
+
+    async def stored() -> bool:
+        async with store.tenant("acme") as session:
+            return bool(list(await session.scalars(select(Capability))))
+
+    await eventually(stored, within=90)
+    async with store.tenant("acme") as session:
+        rows = {c.name: c for c in await session.scalars(select(Capability))}
+    service.stop()
+    await run
+    await bus.close()
+    tools = rows["use_tools_when_needed"]
+    if min_successes == 0:
+        # Only the agent's own trajectories: nothing succeeded, so nothing can be contrasted.
+        assert tools.status == "rejected"
+        assert tools.evidence["references"] == 0
+        return
+    assert tools.status == "identified"
+    references = tools.evidence["references"]
+    assert 0 < references <= 16 and tools.evidence["failures_covered"]
+    assert all(e.startswith("reference:") for e in tools.evidence["succeeded_examples"])
+    assert tools.statistics["delta"] > 0.9
