@@ -183,6 +183,8 @@ class CycleSettings(msgspec.Struct, kw_only=True, frozen=True):
     """Rollouts per adapter; None: the train service's."""
     alpha: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.05
     """Significance a promotion needs (McNemar and paired bootstrap)."""
+    max_capabilities: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Capabilities synthesized and trained, the diagnosis's best first (None: every kept one)."""
     route_tasks: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Train tasks the base model and each new adapter also run on (one trial each), to
     learn a router from which configuration won which task (0: no learned router)."""

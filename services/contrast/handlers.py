@@ -16,8 +16,8 @@ from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryVie
 from shared.bus.delivery import Handler, HandlerContext
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
-from shared.messages import CapabilitiesIdentified, Contract, RolloutCompleted
-from shared.store.models import Capability, Task, Trajectory
+from shared.messages import CapabilitiesIdentified, Contract, CycleSettings, RolloutCompleted
+from shared.store.models import Capability, Cycle, Task, Trajectory
 
 log = get_logger(__name__)
 
@@ -99,6 +99,10 @@ class ContrastHandlers:
             await ctx.session.flush()
             if stats.kept:
                 kept.append(row.id)
+        limit = await _capability_limit(ctx, msg.cycle_id)
+        if limit is not None and len(kept) > limit:
+            log.info("cycle budget: only the best capabilities go on", kept=len(kept), limit=limit)
+            kept = kept[:limit]
         log.info(
             "diagnosis done",
             request=str(msg.request_id),
@@ -158,6 +162,18 @@ class ContrastHandlers:
                 log.warning("malformed trajectory left out of a diagnosis", error=str(exc))
                 skipped += 1
         return views, skipped
+
+
+async def _capability_limit(ctx: HandlerContext, cycle_id: uuid.UUID | None) -> int | None:
+    """The cycle's `max_capabilities`: how many kept capabilities (best first) go on to
+    synthesis and training; the rest stay stored as identified."""
+    if cycle_id is None:
+        return None
+    cycle = await ctx.session.get(Cycle, cycle_id)
+    if cycle is None:
+        return None
+    settings = msgspec.convert(cycle.data.get("settings", {}), CycleSettings)
+    return settings.max_capabilities
 
 
 def _rule_based(name: str) -> bool:

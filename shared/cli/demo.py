@@ -21,6 +21,16 @@ from shared.cli.context import make_console
 
 console = make_console()
 AGENT = "demo-bot"
+CPU_DEFAULTS = {
+    # Calibration rollouts on a CPU: 4 tasks x 4 samples per synthesized environment, one
+    # adjustment round (the services' own defaults are the paper's 100 x 16, up to 5 rounds).
+    "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
+    "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "4",
+    "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "1",
+    # GRPO groups of 8 (the paper's 16): a 32-rollout budget is then 4 optimizer steps.
+    "RETRACE_TRAIN_GROUP_SIZE": "8",
+}
+"""Settings the demo gives the services unless already set in the environment."""
 
 
 def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> int:
@@ -30,11 +40,25 @@ def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> i
 
 
 @click.command("demo")
-@click.option("--diagnose-tasks", type=int, default=24, show_default=True)
-@click.option("--diagnose-trials", type=int, default=4, show_default=True)
-@click.option("--eval-tasks", type=int, default=24, show_default=True)
+@click.option("--diagnose-tasks", type=int, default=16, show_default=True)
+@click.option("--diagnose-trials", type=int, default=2, show_default=True)
+@click.option("--eval-tasks", type=int, default=16, show_default=True)
 @click.option("--eval-trials", type=int, default=2, show_default=True)
-@click.option("--budget", type=int, default=64, show_default=True, help="Rollouts per adapter.")
+@click.option("--budget", type=int, default=32, show_default=True, help="Rollouts per adapter.")
+@click.option(
+    "--max-capabilities",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Adapters trained: the diagnosis's best N capabilities.",
+)
+@click.option(
+    "--baseline/--no-baseline",
+    default=False,
+    show_default=True,
+    help="Also train and evaluate the baselines (GRPO on the target, GEPA); on 2 CPU cores "
+    "they roughly double the run.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -42,27 +66,42 @@ def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> i
     show_default=True,
 )
 @click.option("--ready-timeout", type=float, default=600.0, show_default=True)
+@click.option("--port-offset", default=0, show_default=True, help="Passed to `retrace up`.")
 def demo(
     diagnose_tasks: int,
     diagnose_trials: int,
     eval_tasks: int,
     eval_trials: int,
     budget: int,
+    max_capabilities: int,
+    baseline: bool,
     out: Path,
     ready_timeout: float,
+    port_offset: int,
 ) -> None:
     """Run one complete cycle on toolbox with the embedded defaults, then show the report."""
     console.print(
         f"[bold]retrace demo[/]: agent {AGENT} (SmolLM2 on toolbox). Budget: diagnosis "
         f"{diagnose_tasks} train tasks x {diagnose_trials}, {budget} GRPO rollouts per "
-        f"adapter, evaluation {eval_tasks} test tasks x {eval_trials} per configuration. "
-        "On 2 CPU cores the diagnosis alone takes about 10 minutes."
+        f"adapter for at most {max_capabilities} capabilities, evaluation {eval_tasks} test "
+        f"tasks x {eval_trials} per configuration, baselines {'on' if baseline else 'off'}."
     )
+    for name, value in CPU_DEFAULTS.items():
+        os.environ.setdefault(name, value)  # the services `retrace up` starts inherit these
     log = Path(os.environ.get("RETRACE_STORAGE_DATA_DIR", ".retrace")) / "demo-up.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
         up = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli.main", "up", "--ready-timeout", str(ready_timeout)],
+            [
+                sys.executable,
+                "-m",
+                "shared.cli.main",
+                "up",
+                "--ready-timeout",
+                str(ready_timeout),
+                "--port-offset",
+                str(port_offset),
+            ],
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
@@ -92,6 +131,8 @@ def demo(
             "--eval-tasks", str(eval_tasks),
             "--eval-trials", str(eval_trials),
             "--budget", str(budget),
+            "--max-capabilities", str(max_capabilities),
+            "--baseline" if baseline else "--no-baseline",
         )  # fmt: skip
         _retrace("report", AGENT, "--out", str(out))
         console.print(

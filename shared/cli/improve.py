@@ -238,6 +238,12 @@ async def _curves(
 @click.option("--eval-trials", type=int, default=2, show_default=True)
 @click.option("--budget", type=int, default=None, help="Rollouts per adapter.")
 @click.option(
+    "--max-capabilities",
+    type=int,
+    default=None,
+    help="Train only the diagnosis's best N capabilities (default: every kept one).",
+)
+@click.option(
     "--route-tasks",
     type=int,
     default=0,
@@ -260,6 +266,7 @@ def improve(
     eval_tasks: int,
     eval_trials: int,
     budget: int | None,
+    max_capabilities: int | None,
     route_tasks: int,
     baseline: bool,
     wait_s: float,
@@ -271,6 +278,7 @@ def improve(
         "eval_tasks": eval_tasks,
         "eval_trials": eval_trials,
         "rollout_budget": budget,
+        "max_capabilities": max_capabilities,
         "route_tasks": route_tasks,
         "baselines": ["grpo_target", "gepa"] if baseline else [],
     }

@@ -219,11 +219,15 @@ async def test_a_configured_judge_proposes_and_labels(
     await judge_server.close()
 
 
-async def _plant_prose_only(store: Store, request_id: uuid.UUID) -> uuid.UUID:
+async def _plant_prose_only(
+    store: Store, request_id: uuid.UUID, *, malformed: bool = False
+) -> uuid.UUID:
     """Real toolbox episodes of an agent that only ever answers in prose (the base model's
-    behaviour): every task that needs a tool fails, and the agent has no success that used one."""
+    behaviour): every task that needs a tool fails, and the agent has no success that used one.
+    With `malformed`, on every other task it first writes a tool call whose arguments are not
+    JSON."""
     from services.rollout.tasks import import_tasks
-    from shared.envs.protocol import Message
+    from shared.envs.protocol import Message, ToolCall, ToolCallFunction
     from shared.envs.toolbox import ToolboxEnvironment
 
     env = ToolboxEnvironment()
@@ -234,14 +238,25 @@ async def _plant_prose_only(store: Store, request_id: uuid.UUID) -> uuid.UUID:
     env_id, task_ids = await import_tasks(store, "acme", env)
     tasks = [t for t in env.tasks() if t.split == "train"][:16]
     async with store.tenant("acme") as session:
-        for task in tasks:
+        for n, task in enumerate(tasks):
             episode = env.reset(task, 0)
-            reply = Message(role="assistant", content="Sure, I have taken care of that for you.")
-            result = episode.step(reply)
+            turns: list[Message] = []
+            if malformed and n % 2:
+                name = episode.tools[0]["function"]["name"]
+                call = ToolCall(id="c1", function=ToolCallFunction(name=name, arguments="{oops"))
+                turns.append(Message(role="assistant", tool_calls=[call]))
+            turns.append(
+                Message(role="assistant", content="Sure, I have taken care of that for you.")
+            )
+            replies = [m for turn in turns for m in (turn, *episode.step(turn).messages)]
             score = episode.score()
+            calls = [
+                {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
+                for c in episode.calls
+            ]
             messages = [
                 {"role": "system", "content": episode.system_prompt},
-                *[msgspec.to_builtins(m) for m in (*episode.messages, reply, *result.messages)],
+                *[msgspec.to_builtins(m) for m in (*episode.messages, *replies)],
             ]
             session.add(
                 Trajectory(
@@ -253,7 +268,7 @@ async def _plant_prose_only(store: Store, request_id: uuid.UUID) -> uuid.UUID:
                     messages=messages,
                     reward=score.reward,
                     success=score.success,
-                    reward_breakdown={"checks": score.breakdown, "calls": [], "error": None},
+                    reward_breakdown={"checks": score.breakdown, "calls": calls, "error": None},
                 )
             )
     return agent.id
@@ -308,3 +323,64 @@ async def test_reference_solutions_stand_in_for_missing_successes(
     assert 0 < references <= 16 and tools.evidence["failures_covered"]
     assert all(e.startswith("reference:") for e in tools.evidence["succeeded_examples"])
     assert tools.statistics["delta"] > 0.9
+
+
+async def test_a_cycle_budget_passes_on_only_the_best_capabilities(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    from shared.store.models import Cycle
+    from tests.integration.test_cycle import emitted
+
+    request_id, cycle_id = uuid.uuid4(), uuid.uuid4()
+    agent_id = await _plant_prose_only(store, request_id, malformed=True)
+    async with store.tenant("acme") as session:
+        session.add(
+            Cycle(
+                id=cycle_id,
+                agent_id=agent_id,
+                state="diagnosing",
+                data={"settings": {"max_capabilities": 1}},
+            )
+        )
+    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
+    service = build(ContrastConfig(**fields))  # type: ignore[arg-type]
+    run = asyncio.create_task(service.run())
+
+    async def ready() -> bool:
+        return (await service.health()).status == "ok"
+
+    await eventually(ready)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    done = RolloutCompleted(
+        request_id=request_id,
+        agent_id=agent_id,
+        trajectories=16,
+        successes=0,
+        mean_reward=0.0,
+        cycle_id=cycle_id,
+        purpose="diagnose",
+    )
+    await bus.publish("acme", done, msg_id=f"budget-{request_id}")
+    stream = f"{bus.cfg.stream_prefix}_EVENTS"
+
+    async def announced() -> bool:
+        return bool(await emitted(bus, stream, CapabilitiesIdentified))
+
+    await eventually(announced, within=90)
+    [event] = await emitted(bus, stream, CapabilitiesIdentified)
+    async with store.tenant("acme") as session:
+        kept = list(
+            await session.scalars(
+                select(Capability)
+                .where(Capability.status == "identified")
+                .order_by(Capability.created_at, Capability.id)
+            )
+        )
+    service.stop()
+    await run
+    await bus.close()
+    # More than one capability separates the failures from the references; the cycle's
+    # budget lets only the best one go on, and the others stay stored as identified.
+    assert len(kept) > 1
+    assert len(event.capability_ids) == 1
+    assert event.capability_ids[0] in {c.id for c in kept}
