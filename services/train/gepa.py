@@ -20,10 +20,12 @@ Every episode counts against the budget; an iteration starts only if its worst c
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -99,10 +101,66 @@ class GEPAResult(msgspec.Struct, kw_only=True):
     rollouts: int
     iterations: int
     accepted: int
+    resumes: list[int] = msgspec.field(default_factory=list)
 
 
 class _Prompt(msgspec.Struct, frozen=True):
     prompt: str
+
+
+class SearchState(msgspec.Struct, kw_only=True):
+    """Everything the search needs to go on where it stopped: saved after the seed scoring
+    and after every iteration, so a job that dies resumes on any worker without redoing (or
+    paying again for) the iterations already done."""
+
+    pool: list[Candidate]
+    used: int
+    iterations: int = 0
+    accepted: int = 0
+    failures: int = 0
+    rng: list[Any]
+    """`random.Random.getstate()`, as JSON lists."""
+    resumes: list[int] = msgspec.field(default_factory=list)
+    """The iteration each resume started from."""
+
+
+class UnreadableCheckpointError(ValueError):
+    """A saved search state that cannot be read back (starting over would pay twice)."""
+
+
+class SearchCheckpoint:
+    """The search state in one JSON file, replaced atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "gepa.json"
+
+    def load(self) -> SearchState | None:
+        if not self.path.exists():
+            return None
+        try:
+            return msgspec.json.decode(self.path.read_bytes(), type=SearchState)
+        except msgspec.DecodeError as exc:
+            raise UnreadableCheckpointError(
+                f"unreadable prompt-optimisation checkpoint {self.path}: {exc}"
+            ) from exc
+
+    def save(self, state: SearchState) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode(state))
+        os.replace(tmp, self.path)
+
+
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _restore_rng(state: list[Any]) -> random.Random:
+    rng = random.Random()
+    version, internal, gauss = state
+    rng.setstate((version, tuple(internal), gauss))
+    return rng
 
 
 class GEPA:
@@ -135,39 +193,45 @@ class GEPA:
             raise RetryableError(f"model endpoint failed during prompt optimisation: {broken[0]}")
         return runs
 
-    async def optimise(self, tasks: Sequence[TaskSpec], seed_prompt: str) -> GEPAResult:
+    async def optimise(
+        self,
+        tasks: Sequence[TaskSpec],
+        seed_prompt: str,
+        checkpoint: SearchCheckpoint | None = None,
+    ) -> GEPAResult:
+        """Search within the budget; with `checkpoint`, resume a search that stopped."""
         rng = random.Random(f"gepa:{self.s.seed}")
         shuffled = sorted(tasks, key=lambda t: t.id)
         rng.shuffle(shuffled)
         pareto, feedback = shuffled[: self.s.pareto], shuffled[self.s.pareto :] or shuffled
-        seed_runs = await self._run(seed_prompt, pareto)
-        pool = [Candidate(prompt=seed_prompt, parent=None, scores=_rewards(seed_runs))]
-        iterations = accepted = failures = 0
+        state = checkpoint.load() if checkpoint is not None else None
+        if state is not None:
+            rng = _restore_rng(state.rng)
+            self.used = state.used
+            state.resumes.append(state.iterations)
+            log.info("prompt optimisation resumed", iteration=state.iterations, used=state.used)
+        else:
+            seed_runs = await self._run(seed_prompt, pareto)
+            state = SearchState(
+                pool=[Candidate(prompt=seed_prompt, parent=None, scores=_rewards(seed_runs))],
+                used=self.used,
+                rng=_rng_state(rng),
+            )
+        pool = state.pool
+
+        def save() -> None:
+            state.used, state.rng = self.used, _rng_state(rng)
+            if checkpoint is not None:
+                checkpoint.save(state)
+
+        save()
         mb = min(self.s.minibatch, len(feedback))
         while self.used + 2 * mb + len(pareto) <= self.s.budget:
-            iterations += 1
-            parent_index = _pick_parent(pool, rng)
-            parent = pool[parent_index]
-            batch = rng.sample(feedback, mb)
-            parent_runs = await self._run(parent.prompt, batch)
-            try:
-                child_prompt = await self._reflect(parent.prompt, batch, parent_runs, iterations)
-            except StructuredOutputError as exc:
-                failures += 1
-                log.warning("reflection unusable", iteration=iterations, error=str(exc)[:300])
-                if failures >= self.s.max_reflection_failures:
-                    break
-                continue
-            failures = 0
-            child_runs = await self._run(child_prompt, batch)
-            if sum(_rewards(child_runs)) <= sum(_rewards(parent_runs)):
-                continue
-            scores = _rewards(await self._run(child_prompt, pareto))
-            pool.append(Candidate(prompt=child_prompt, parent=parent_index, scores=scores))
-            accepted += 1
-            log.info(
-                "prompt candidate accepted", iteration=iterations, mean=round(pool[-1].mean, 3)
-            )
+            if state.failures >= self.s.max_reflection_failures:
+                break
+            state.iterations += 1
+            await self._iterate(state, rng, pareto, feedback, mb)
+            save()
         best = max(range(len(pool)), key=lambda i: (pool[i].mean, -i))
         return GEPAResult(
             prompt=pool[best].prompt,
@@ -175,9 +239,40 @@ class GEPA:
             seed_score=pool[0].mean,
             candidates=pool,
             rollouts=self.used,
-            iterations=iterations,
-            accepted=accepted,
+            iterations=state.iterations,
+            accepted=state.accepted,
+            resumes=list(state.resumes),
         )
+
+    async def _iterate(
+        self,
+        state: SearchState,
+        rng: random.Random,
+        pareto: Sequence[TaskSpec],
+        feedback: Sequence[TaskSpec],
+        mb: int,
+    ) -> None:
+        """One iteration: a parent from the Pareto front, a reflected child, kept if it beats
+        the parent on the minibatch (then scored on the Pareto tasks)."""
+        pool, iteration = state.pool, state.iterations
+        parent_index = _pick_parent(pool, rng)
+        parent = pool[parent_index]
+        batch = rng.sample(list(feedback), mb)
+        parent_runs = await self._run(parent.prompt, batch)
+        try:
+            child_prompt = await self._reflect(parent.prompt, batch, parent_runs, iteration)
+        except StructuredOutputError as exc:
+            state.failures += 1
+            log.warning("reflection unusable", iteration=iteration, error=str(exc)[:300])
+            return
+        state.failures = 0
+        child_runs = await self._run(child_prompt, batch)
+        if sum(_rewards(child_runs)) <= sum(_rewards(parent_runs)):
+            return
+        scores = _rewards(await self._run(child_prompt, pareto))
+        pool.append(Candidate(prompt=child_prompt, parent=parent_index, scores=scores))
+        state.accepted += 1
+        log.info("prompt candidate accepted", iteration=iteration, mean=round(pool[-1].mean, 3))
 
     async def _reflect(
         self,

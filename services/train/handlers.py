@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from services.train.config import TrainConfig
-from services.train.gepa import GEPA, GEPASettings
+from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
 from services.train.grpo import GRPOSettings, lora_policy
 from services.train.trainer import Budget, Checkpoints, Progress, train
 from shared.bus.delivery import Handler, HandlerContext
@@ -113,7 +113,7 @@ class TrainHandlers:
         env = await load_environment(ctx.session, ref)
         if job.config.get("kind") == "gepa":
             try:
-                await self._optimise_prompt(ctx, job, env, agent, budget.rollouts)
+                await self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint)
             finally:
                 lease.cancel()
             return
@@ -187,9 +187,11 @@ class TrainHandlers:
         env: EnvProtocol,
         agent: Agent,
         budget: int,
+        checkpoint: Path,
     ) -> None:
         """The GEPA baseline: optimise the agent's system prompt within the rollout budget
-        (through the inference endpoint, like rollouts); the prompt goes into the job."""
+        (through the inference endpoint, like rollouts); the prompt goes into the job. The
+        search is checkpointed after every iteration and resumes from there."""
         if self.client is None:
             self._failed(ctx, job, "prompt optimisation needs the inference endpoint")
             return
@@ -209,7 +211,13 @@ class TrainHandlers:
             self._failed(ctx, job, f"prompt optimisation cannot run: {exc}")
             return
         started = time.perf_counter()
-        result = await GEPA(self.client, env, settings).optimise(tasks, agent.system_prompt)
+        try:
+            result = await GEPA(self.client, env, settings).optimise(
+                tasks, agent.system_prompt, SearchCheckpoint(checkpoint)
+            )
+        except UnreadableCheckpointError as exc:  # starting over would pay twice
+            self._failed(ctx, job, f"prompt optimisation cannot resume: {exc}")
+            return
         job.status = "done"
         job.config = {
             **job.config,
@@ -221,7 +229,7 @@ class TrainHandlers:
                 "iterations": result.iterations,
                 "accepted": result.accepted,
             },
-            "progress": {"rollouts": result.rollouts},
+            "progress": {"rollouts": result.rollouts, "resumes": result.resumes},
             "wall_s": round(time.perf_counter() - started, 3),
         }
         ctx.emit(PromptOptimized(job_id=job.id, cycle_id=job.cycle_id))

@@ -5,12 +5,14 @@ reflections."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from services.train.gepa import GEPA, GEPASettings
+from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
 from tests.support.fake_chat import FakeJudge, Serve
 
@@ -89,3 +91,47 @@ async def test_a_useless_reflection_is_not_accepted_and_garbage_is_survived(serv
 def test_a_budget_too_small_for_the_seed_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot even score the seed"):
         GEPASettings(budget=3, pareto=4)
+
+
+async def test_a_stopped_search_resumes_from_its_checkpoint_as_if_never_stopped(
+    serve: Serve, tmp_path: Path
+) -> None:
+    rule = json.dumps({"prompt": "Always BE POLITE: say please."})
+
+    def reply(body: dict[str, Any]) -> str:
+        if body["model"] == "reflector":
+            return rule
+        return "please, it is done" if "BE POLITE" in body["messages"][0]["content"] else "done"
+
+    tasks = PoliteEnvironment().tasks()
+    client = await serve(FakeJudge(reply, delay=0.02))
+    whole = await GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(tasks, "seed")
+
+    checkpoint = SearchCheckpoint(tmp_path)
+    stopped = asyncio.create_task(
+        GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(tasks, "seed", checkpoint)
+    )
+    while (state := checkpoint.load()) is None or state.iterations < 2:
+        assert not stopped.done(), "the search ended before it could be stopped"
+        await asyncio.sleep(0.005)
+    stopped.cancel()  # a worker dies mid-iteration: that iteration's work is lost
+    with pytest.raises(asyncio.CancelledError):
+        await stopped
+    at = checkpoint.load()
+    assert at is not None and 2 <= at.iterations < whole.iterations
+
+    resumed = await GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(
+        tasks, "seed", checkpoint
+    )
+    assert resumed.resumes == [at.iterations]
+    assert resumed.prompt == whole.prompt and resumed.score == whole.score
+    assert [c.scores for c in resumed.candidates] == [c.scores for c in whole.candidates]
+    assert (resumed.iterations, resumed.accepted) == (whole.iterations, whole.accepted)
+    # the budget counts what the finished search spent, as in an uninterrupted one
+    assert resumed.rollouts == whole.rollouts <= 48
+
+
+def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "gepa.json").write_text("{not json")
+    with pytest.raises(UnreadableCheckpointError, match=r"gepa\.json"):
+        SearchCheckpoint(tmp_path).load()
