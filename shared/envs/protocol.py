@@ -7,11 +7,16 @@ results or the user's reply; `score` grades the episode in [0, 1] with a breakdo
 
 A bad action is data, not a crash: malformed tool calls, unknown tools, bad arguments and tool
 failures come back to the agent as tool messages, exactly as a real tool would answer.
+
+An environment whose reset, step or scoring blocks (a simulated user behind a model endpoint, an
+evaluator that reloads a database) may also define `async def areset(task, seed)` and, on its
+episodes, `async def astep(assistant)` and `async def ascore()`; asyncio callers go through
+`start`, `advance` and `grade`, which use them when present.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -91,3 +96,27 @@ class Environment(Protocol):
     def reset(self, task: TaskSpec, seed: int) -> Episode:
         """A fresh episode of `task`; the same (task, seed) gives the same episode."""
         ...
+
+
+async def start(env: Environment, task: TaskSpec, seed: int) -> Episode:
+    """`env.reset(task, seed)`, awaiting the environment's `areset` when it has one."""
+    areset = getattr(env, "areset", None)
+    if areset is not None:
+        return cast(Episode, await areset(task, seed))
+    return env.reset(task, seed)
+
+
+async def advance(episode: Episode, assistant: Message) -> StepResult:
+    """`episode.step(assistant)`, awaiting the episode's `astep` when it has one."""
+    astep = getattr(episode, "astep", None)
+    if astep is not None:
+        return cast(StepResult, await astep(assistant))
+    return episode.step(assistant)
+
+
+async def grade(episode: Episode) -> Score:
+    """`episode.score()`, awaiting the episode's `ascore` when it has one."""
+    ascore = getattr(episode, "ascore", None)
+    if ascore is not None:
+        return cast(Score, await ascore())
+    return episode.score()

@@ -1,4 +1,6 @@
-"""Environments by reference: `toolbox`, `helpdesk` (built in). Unknown names are a clear error."""
+"""Environments by reference: `toolbox`, `helpdesk` (built in) and tau2-bench's domains
+`tau2:airline`, `tau2:retail`, `tau2:telecom` (the `tau2` extra). Unknown names are a clear
+error."""
 
 from __future__ import annotations
 
@@ -25,7 +27,28 @@ def _helpdesk() -> Environment:
     return HelpdeskEnvironment()
 
 
-BUILTIN: dict[str, Callable[[], Environment]] = {"toolbox": _toolbox, "helpdesk": _helpdesk}
+def _tau2(domain: str) -> Callable[[], Environment]:
+    def build() -> Environment:
+        # tau2 is an optional extra: nothing imports it before one of its environments is asked
+        # for, and without it `require` raises an UnknownEnvironmentError naming the extra.
+        from shared.envs.tau2.library import require
+
+        require()
+        from shared.envs.tau2.config import load_tau2_config
+        from shared.envs.tau2.env import Tau2Environment
+
+        return Tau2Environment(domain, load_tau2_config())
+
+    return build
+
+
+BUILTIN: dict[str, Callable[[], Environment]] = {
+    "toolbox": _toolbox,
+    "helpdesk": _helpdesk,
+    "tau2:airline": _tau2("airline"),
+    "tau2:retail": _tau2("retail"),
+    "tau2:telecom": _tau2("telecom"),
+}
 
 
 @cache

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from shared.envs.protocol import Environment, Message, Score, TaskSpec
-from shared.errors import PermanentError
+from shared.envs.protocol import Environment, Message, Score, TaskSpec, advance, grade, start
+from shared.errors import PermanentError, RetryableError
 from shared.llm.client import LLMClient, LLMError, as_message
 from shared.llm.openai_types import ChatRequest
 from shared.logging import get_logger
@@ -33,7 +33,8 @@ class EpisodeResult:
     turns: int = 0
     error: str | None = None
     model_error: bool = False
-    """The episode ended because the model endpoint failed (not the agent's doing)."""
+    """The episode ended because a model endpoint failed (the agent's, or one the environment
+    calls, such as a simulated user's): not the agent's doing."""
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Each tool call: name, arguments, ok, error."""
 
@@ -49,7 +50,7 @@ async def run_episode(
     sampling: Sampling = DEFAULT_SAMPLING,
     max_turns: int = DEFAULT_MAX_TURNS,
 ) -> EpisodeResult:
-    episode = env.reset(task, seed)
+    episode = await start(env, task, seed)
     system = "\n\n".join(p for p in (agent_prompt.strip(), episode.system_prompt.strip()) if p)
     history: list[Message] = [Message(role="system", content=system), *episode.messages]
     record: list[dict[str, Any]] = [msgspec.to_builtins(m) for m in history]
@@ -90,7 +91,16 @@ async def run_episode(
             entry["tool_call_errors"] = list(reply.tool_call_errors)
         record.append(entry)
         try:
-            result = episode.step(assistant)
+            result = await advance(episode, assistant)
+        except RetryableError as exc:
+            # An endpoint the environment depends on (a simulated user's model) failed: like a
+            # model error, not the agent's doing.
+            error = f"environment call failed on turn {turn + 1}: {exc}"
+            model_error = True
+            log.warning(
+                "episode ended by an environment endpoint error", task=task.id, error=str(exc)
+            )
+            break
         except Exception as exc:
             error = f"environment failed on turn {turn + 1}: {exc!r}"
             log.exception("environment step failed", task=task.id)
@@ -99,7 +109,7 @@ async def run_episode(
         record.extend(msgspec.to_builtins(m) for m in result.messages)
         if result.done:
             break
-    score = episode.score()
+    score = await grade(episode)
     calls = [
         {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
         for c in getattr(episode, "calls", [])
