@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -52,6 +53,8 @@ def require() -> None:
         ) from exc
     litellm.suppress_debug_info = True
     litellm.telemetry = False
+    # litellm's own response objects trip pydantic's serializer on every call: noise, not news.
+    warnings.filterwarnings("ignore", "Pydantic serializer warnings", UserWarning)
 
 
 def _to_structlog(message: Any) -> None:
