@@ -29,8 +29,17 @@ CPU_DEFAULTS = {
     "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "1",
     # GRPO groups of 8 (the paper's 16): a 32-rollout budget is then 4 optimizer steps.
     "RETRACE_TRAIN_GROUP_SIZE": "8",
+    # serve-model batches without continuous batching: on a busy CPU a request can wait for a
+    # whole batch of long generations before its own; a timeout would throw that work away.
+    "RETRACE_MODEL_REQUEST_TIMEOUT": "1800",
+    # At most 6 agent turns per episode (the rollout service's default is 12).
+    "RETRACE_ROLLOUT_MAX_TURNS": "6",
 }
 """Settings the demo gives the services unless already set in the environment."""
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> int:
@@ -45,6 +54,7 @@ def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> i
 @click.option("--eval-tasks", type=int, default=16, show_default=True)
 @click.option("--eval-trials", type=int, default=2, show_default=True)
 @click.option("--budget", type=int, default=32, show_default=True, help="Rollouts per adapter.")
+@click.option("--max-tokens", type=int, default=128, show_default=True, help="Per model turn.")
 @click.option(
     "--max-capabilities",
     type=int,
@@ -73,6 +83,7 @@ def demo(
     eval_tasks: int,
     eval_trials: int,
     budget: int,
+    max_tokens: int,
     max_capabilities: int,
     baseline: bool,
     out: Path,
@@ -86,6 +97,8 @@ def demo(
         f"adapter for at most {max_capabilities} capabilities, evaluation {eval_tasks} test "
         f"tasks x {eval_trials} per configuration, baselines {'on' if baseline else 'off'}."
     )
+    # SIGTERM (a terminal closed, `kill`) must stop what the demo started, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     for name, value in CPU_DEFAULTS.items():
         os.environ.setdefault(name, value)  # the services `retrace up` starts inherit these
     log = Path(os.environ.get("RETRACE_STORAGE_DATA_DIR", ".retrace")) / "demo-up.log"
@@ -131,6 +144,7 @@ def demo(
             "--eval-tasks", str(eval_tasks),
             "--eval-trials", str(eval_trials),
             "--budget", str(budget),
+            "--max-tokens", str(max_tokens),
             "--max-capabilities", str(max_capabilities),
             "--baseline" if baseline else "--no-baseline",
         )  # fmt: skip

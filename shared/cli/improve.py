@@ -238,6 +238,9 @@ async def _curves(
 @click.option("--eval-trials", type=int, default=2, show_default=True)
 @click.option("--budget", type=int, default=None, help="Rollouts per adapter.")
 @click.option(
+    "--max-tokens", type=int, default=256, show_default=True, help="Per model turn, in rollouts."
+)
+@click.option(
     "--max-capabilities",
     type=int,
     default=None,
@@ -266,6 +269,7 @@ def improve(
     eval_tasks: int,
     eval_trials: int,
     budget: int | None,
+    max_tokens: int,
     max_capabilities: int | None,
     route_tasks: int,
     baseline: bool,
@@ -278,6 +282,7 @@ def improve(
         "eval_tasks": eval_tasks,
         "eval_trials": eval_trials,
         "rollout_budget": budget,
+        "max_tokens": max_tokens,
         "max_capabilities": max_capabilities,
         "route_tasks": route_tasks,
         "baselines": ["grpo_target", "gepa"] if baseline else [],
