@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +29,11 @@ from services.train.grpo import (
 from shared.envs.synthetic import SyntheticEnvironment, family_spec
 from shared.envs.synthetic.families import FAMILIES
 from shared.serving.model_files import resolve_model
+
+
+def _peak_rss_mib() -> int:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 def main() -> None:
@@ -51,6 +57,7 @@ def main() -> None:
     )
     policy = lora_policy(str(resolve_model(args.model)), s)
     optimizer = optimizer_for(policy, s)
+    loaded_mib = _peak_rss_mib()
     rows = []
     for family in families:
         env = SyntheticEnvironment(family_spec(family, f"bench_{family}"))
@@ -91,6 +98,8 @@ def main() -> None:
         "tokens_per_s": round(
             sum(r["completion_tokens"] for r in rows) / sum(r["rollout_s"] for r in rows), 1
         ),
+        "peak_rss_after_load_mib": loaded_mib,
+        "peak_rss_mib": _peak_rss_mib(),
     }
     print(json.dumps(summary))
     if args.out:

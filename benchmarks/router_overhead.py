@@ -7,6 +7,10 @@ The endpoint is an instant fake (it answers a fixed reply at once), so the diffe
 router's own cost: real Postgres (the local server, or embedded) and real NATS, embedding
 routing with all-MiniLM-L6-v2 over two adapters. Half the requests open a new conversation
 (routed), half continue one (looked up by the conversation hash).
+
+Then the sustained rate, side by side in the same run: a load generator in its own process
+(`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix)
+against the endpoint directly, then through the router.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -137,6 +142,12 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 assert r.status == 200, await r.text()
             routed.append(time.perf_counter() - started)
             last = [{"role": "user", "content": text}]
+    sustained = {
+        "direct": await _sustained(
+            f"http://127.0.0.1:{upstream.port}/v1/chat/completions", "", args
+        ),
+        "router": await _sustained(f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args),
+    }
     service.stop()
     await run
     await upstream.close()
@@ -152,8 +163,70 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         },
         "new_conversation_added_ms_p50": pct(added[0::2], 0.5) * 1000,
         "continued_added_ms_p50": pct(added[1::2], 0.5) * 1000,
+        "sustained": sustained,
     }
     return result
+
+
+async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, float]:
+    """Requests/s a separate load-generator process gets from `url`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.router_overhead", "--load-url", url,
+        "--load-key", key, "--concurrency", str(args.concurrency),
+        "--duration", str(args.duration),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"load generator failed ({proc.returncode})")
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+async def load(url: str, key: str, concurrency: int, duration: float) -> dict[str, float]:
+    """`concurrency` clients in a closed loop for `duration` s: new and continued
+    conversations alternating, as in the latency phase."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    done = failed = 0
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration
+
+    async def client(n: int, http: aiohttp.ClientSession) -> None:
+        nonlocal done, failed
+        i = 0
+        while time.perf_counter() < deadline:
+            opened = i - i % 2  # an odd request continues the conversation the even one opened
+            messages = [
+                {"role": "user", "content": f"{REQUESTS[opened % len(REQUESTS)]} ({n}/{opened})"}
+            ]
+            if i % 2:
+                messages += [
+                    {"role": "assistant", "content": "Done."},
+                    {"role": "user", "content": "thanks"},
+                ]
+            started = time.perf_counter()
+            async with http.post(
+                url, json={"model": "bot", "messages": messages}, headers=headers
+            ) as r:
+                await r.read()
+                ok = r.status == 200
+            latencies.append(time.perf_counter() - started)
+            done += ok
+            failed += not ok
+            i += 1
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(*(client(n, http) for n in range(concurrency)))
+    wall = time.perf_counter() - started
+    return {
+        "requests": done,
+        "failed": failed,
+        "wall_s": wall,
+        "requests_per_s": done / wall,
+        "p50_ms": pct(latencies, 0.5) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+    }
 
 
 if __name__ == "__main__":
@@ -163,7 +236,15 @@ if __name__ == "__main__":
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--load-url", help=argparse.SUPPRESS)
+    parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.load_url:  # the load-generator process
+        stats = asyncio.run(load(ns.load_url, ns.load_key, ns.concurrency, ns.duration))
+        print(json.dumps(stats))
+        sys.exit(0)
     out = asyncio.run(main(ns))
     print(json.dumps(out, indent=2))
     if ns.out:
