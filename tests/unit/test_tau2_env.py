@@ -263,3 +263,27 @@ def test_parse_arguments_reads_every_object(args: dict[str, Any]) -> None:
 @given(JSON.filter(lambda v: not isinstance(v, dict)))
 def test_parse_arguments_rejects_non_objects(value: Any) -> None:
     assert str(parse_arguments(json.dumps(value))).startswith("Error: ")
+
+
+def test_a_refusing_simulator_ends_the_episode_as_a_user_error(retail: Tau2Environment) -> None:
+    from tau2.data_model.message import UserMessage
+
+    from shared.envs.tau2.user import UserSimulatorRefusedError
+
+    class Refusing:
+        def __init__(self) -> None:
+            self.turns = 0
+
+        def respond(self, message: Any) -> Any:
+            self.turns += 1
+            if self.turns > 1:
+                raise UserSimulatorRefusedError("user simulator: context window exceeded")
+            return UserMessage(role="user", content="hello")
+
+    task = next(t for t in retail.tasks() if t.id == "0")
+    episode = retail.episode(task, lambda _task, _tools: Refusing())
+    result = episode.step(Message(role="assistant", content="How can I help?"))
+    assert result.done and result.messages == []
+    assert episode.termination.value == "user_error"
+    score = episode.score()
+    assert score.reward == 0.0 and "context window exceeded" in score.notes[-1]

@@ -15,11 +15,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from shared.envs.protocol import Message, Score, StepResult
 from shared.envs.tau2.config import Tau2Config
 from shared.envs.tau2.messages import content_text, parse_arguments, tool_message
 from shared.envs.tau2.scoring import evaluate
-from shared.envs.tau2.user import Tau2User
+from shared.envs.tau2.user import Tau2User, UserSimulatorRefusedError
 from shared.envs.tools import CallRecord
 from shared.errors import PermanentError
 
@@ -60,6 +62,8 @@ class Tau2Episode:
         """tau2's TerminationReason once the episode has ended."""
         self.steps = 0
         self.errors = 0
+        self.problem: str | None = None
+        """Why the user side failed, when it did."""
         greeting = DEFAULT_FIRST_AGENT_MESSAGE.model_copy(deep=True)
         self.trajectory: list[Any] = [greeting]
         self.messages: list[Message] = [Message(role="assistant", content=greeting.content)]
@@ -90,7 +94,10 @@ class Tau2Episode:
         return await asyncio.to_thread(self.step, assistant)
 
     def score(self) -> Score:
-        return evaluate(self.domain, self.task, self.trajectory, self.termination, self.errors)
+        score = evaluate(self.domain, self.task, self.trajectory, self.termination, self.errors)
+        if self.problem:
+            return msgspec.structs.replace(score, notes=[*score.notes, self.problem])
+        return score
 
     async def ascore(self) -> Score:
         """`score` off the event loop: tau2's evaluator reloads the domain's database twice."""
@@ -160,7 +167,14 @@ class Tau2Episode:
         from tau2.user.user_simulator import UserSimulator
 
         while True:
-            reply = self.user.respond(message)
+            try:
+                reply = self.user.respond(message)
+            except UserSimulatorRefusedError as exc:
+                # The simulator's endpoint refused this conversation (it outgrew the context):
+                # the episode ends here, scored as it stands, as a refused agent turn is.
+                self.termination = self._reasons.USER_ERROR
+                self.problem = str(exc)
+                return None
             if reply.is_tool_call():
                 self.trajectory.append(reply)
                 self._tick(to_env=True)
