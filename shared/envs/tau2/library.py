@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import warnings
 from functools import cache
@@ -53,6 +54,9 @@ def require() -> None:
         ) from exc
     litellm.suppress_debug_info = True
     litellm.telemetry = False
+    # litellm logs every completion at INFO through its own handler; retrace logs the episode.
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     # litellm's own response objects trip pydantic's serializer on every call: noise, not news.
     warnings.filterwarnings("ignore", "Pydantic serializer warnings", UserWarning)
 
