@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("tau2", reason="the tau2 extra is not installed")
@@ -38,6 +40,11 @@ def test_gold_replay_scores_one(domain: str, task: TaskSpec) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(
+    not os.environ.get("RETRACE_FULL_REPLAY"),
+    reason="every task (about 2.5 min): set RETRACE_FULL_REPLAY=1; CI runs the sample above, "
+    "and `python -m benchmarks.tau2_gold_replay` writes the full table",
+)
 @pytest.mark.parametrize("domain", ["retail", "airline", "telecom"])
 def test_gold_replay_of_every_task(domain: str) -> None:
     env = ENVS[domain]
