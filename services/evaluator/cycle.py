@@ -6,7 +6,12 @@
     evaluating     the test split: the base model, each adapter (and the production adapters),
                    same tasks, same seeds; the routed set is scored by routing each task
     completed      promoted or rejected, with the reason (`cycles.reason`)
-    failed         a stage produced nothing to go on with, with the reason
+    failed         the cycle could not go on (the agent was deleted, a duplicate cycle)
+
+A stage that leaves nothing to train (no capability kept, no environment calibrated, no
+adapter trained) does not end the cycle: it goes straight to evaluating with the base model
+(and the production adapters, and any baseline that was trained), so the report measures where
+the agent stands, and completes rejected with the reason (`data["untrained"]`).
 
 Every transition happens in the handler of the event that completes a stage, in that
 handler's transaction, and checks the state it expects first: a repeated or late event

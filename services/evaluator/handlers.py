@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from services.evaluator import cycle as c
 from services.evaluator.config import EvaluatorConfig
-from services.evaluator.report import compare, config_stats, oracle, verdict
+from services.evaluator.report import Verdict, compare, config_stats, oracle, verdict
 from shared import embeddings
 from shared.bus.delivery import Handler, HandlerContext
 from shared.envs.protocol import Split
@@ -158,7 +158,7 @@ class EvaluatorHandlers:
         if cycle is None:
             return
         if not msg.capability_ids:
-            self._fail(
+            await self._untrained(
                 ctx,
                 cycle,
                 "the diagnosis kept no capability: no behaviour separated the failed "
@@ -198,7 +198,9 @@ class EvaluatorHandlers:
             return
         ready = {cap: env for cap, env in envs.items() if env is not None}
         if not ready:
-            self._fail(ctx, cycle, f"no capability got a calibrated environment: {failures}")
+            await self._untrained(
+                ctx, cycle, f"no capability got a calibrated environment: {failures}"
+            )
             return
         settings = c.settings_of(cycle.data)
         base_config: dict[str, Any] = {"agent_id": str(cycle.agent_id)}
@@ -304,29 +306,13 @@ class EvaluatorHandlers:
             for j, name in baseline_jobs.items()
             if jobs.get(j) not in (None, c.JOB_FAILED)
         }
-        if not trained:
-            self._fail(ctx, cycle, f"no adapter was trained: {failures}")
-            return
-        agent = await ctx.session.get(Agent, cycle.agent_id)
-        if agent is None:
-            self._fail(ctx, cycle, "the agent was deleted")
+        if not trained and not baselines:
+            await self._untrained(ctx, cycle, f"no adapter was trained: {failures}")
             return
         adapters = list(
             await ctx.session.scalars(select(Adapter).where(Adapter.id.in_(c.ids(trained))))
         )
-        production = [
-            a
-            for a in await ctx.session.scalars(
-                select(Adapter).where(Adapter.id.in_(c.ids(agent.production_adapters or [])))
-            )
-            if a.id not in {x.id for x in adapters}
-        ]
-        settings = c.settings_of(cycle.data)
-        env = get_environment(agent.environment)
-        tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
-        # configuration -> (adapter, system prompt override)
-        configs: dict[str, tuple[str | None, str | None]] = {c.BASE: (None, None)}
-        configs.update({c.adapter_config(a.name): (a.name, None) for a in [*adapters, *production]})
+        configs: dict[str, tuple[str | None, str | None]] = {}
         for config_name, job_key in baselines.items():
             outcome = jobs[job_key]
             if outcome == c.PROMPT:
@@ -340,6 +326,44 @@ class EvaluatorHandlers:
             baseline = await ctx.session.get(Adapter, uuid.UUID(str(outcome)))
             if baseline is not None:
                 configs[config_name] = (baseline.name, None)
+        if not trained:
+            cycle.data = {**cycle.data, "untrained": f"no adapter was trained: {failures}"}
+        await self._evaluate(ctx, cycle, adapters, configs)
+
+    async def _untrained(self, ctx: HandlerContext, cycle: Cycle, why: str) -> None:
+        """Nothing to train or nothing trained: the cycle still measures the agent as it is on
+        the test split (the base model and the production adapters), so its report says where
+        the agent stands, and completes without promoting anything, saying why."""
+        cycle.data = {**cycle.data, "untrained": why}
+        log.warning("cycle has nothing to promote; evaluating as is", cycle=str(cycle.id), why=why)
+        await self._evaluate(ctx, cycle, [], {})
+
+    async def _evaluate(
+        self,
+        ctx: HandlerContext,
+        cycle: Cycle,
+        adapters: list[Adapter],
+        extra: dict[str, tuple[str | None, str | None]],
+    ) -> None:
+        """Request the evaluation rollouts: the base model, each new adapter, the production
+        adapters and `extra` configurations (name -> adapter, system prompt override)."""
+        agent = await ctx.session.get(Agent, cycle.agent_id)
+        if agent is None:
+            self._fail(ctx, cycle, "the agent was deleted")
+            return
+        production = [
+            a
+            for a in await ctx.session.scalars(
+                select(Adapter).where(Adapter.id.in_(c.ids(agent.production_adapters or [])))
+            )
+            if a.id not in {x.id for x in adapters}
+        ]
+        settings = c.settings_of(cycle.data)
+        env = get_environment(agent.environment)
+        tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
+        configs: dict[str, tuple[str | None, str | None]] = {c.BASE: (None, None)}
+        configs.update({c.adapter_config(a.name): (a.name, None) for a in [*adapters, *production]})
+        configs.update(extra)
         test = [t.id for t in tasks]
         requests = {
             name: self._request_rollout(
@@ -356,7 +380,7 @@ class EvaluatorHandlers:
             )
             for name, (adapter, system_prompt) in configs.items()
         }
-        if settings.route_tasks > 0:
+        if settings.route_tasks > 0 and adapters:
             # the learned router's data: which configuration wins which train task
             train = pick_tasks([t for t in env.tasks() if t.split == "train"], settings.route_tasks)
             for name, adapter in [
@@ -473,6 +497,9 @@ class EvaluatorHandlers:
             if name.startswith("baseline:")
         }
         judged = verdict(comparison, settings.alpha)
+        untrained = cycle.data.get("untrained")
+        if untrained:
+            judged = Verdict(promote=False, reason=f"nothing to promote: {untrained}")
         for name, s in stats.items():
             ctx.session.add(
                 Evaluation(
@@ -501,6 +528,7 @@ class EvaluatorHandlers:
             "incumbent": incumbent,
             "baselines": versus,
             "routing_mode": mode.name,
+            "untrained": untrained,
             "router_examples": [{"text": e.text, "adapter": e.adapter} for e in examples],
         }
         cycle.data = {**cycle.data, "report": report}

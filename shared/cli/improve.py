@@ -110,12 +110,15 @@ def print_report(snap: dict[str, Any]) -> None:
         )
     console.print(table)
     c = report["comparison"]
-    console.print(
-        f"routed vs {report['incumbent']}: {c['diff']:+.3f} per task "
-        f"[{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}], McNemar p={c['mcnemar_p']:.3g}, "
-        f"bootstrap p={c['bootstrap_p']:.3g}; oracle routing ceiling "
-        f"{report['oracle']['pass_rate']:.1%}"
-    )
+    if report.get("untrained"):
+        console.print("no adapter was trained: the routed set is the base model as it is")
+    else:
+        console.print(
+            f"routed vs {report['incumbent']}: {c['diff']:+.3f} per task "
+            f"[{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}], McNemar "
+            f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}; oracle routing "
+            f"ceiling {report['oracle']['pass_rate']:.1%}"
+        )
     for name, v in (report.get("baselines") or {}).items():
         console.print(
             f"routed vs {name} (same rollout budget): {v['diff']:+.3f} per task "
@@ -161,12 +164,18 @@ def write_report(
                 f"{rollouts.get(name, 0)} |"
             )
         c = report["comparison"]
-        lines.append(
-            f"\nRouted vs {report['incumbent']}: {c['diff']:+.3f} per task, McNemar "
-            f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}. Oracle routing "
-            f"ceiling: {report['oracle']['pass_rate']:.1%}. "
-            f"Verdict: {report['verdict']['reason']}\n"
-        )
+        if report.get("untrained"):
+            lines.append(
+                "\nNo adapter was trained, so the routed set is the base model as it is. "
+                f"Verdict: {report['verdict']['reason']}\n"
+            )
+        else:
+            lines.append(
+                f"\nRouted vs {report['incumbent']}: {c['diff']:+.3f} per task, McNemar "
+                f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}. Oracle routing "
+                f"ceiling: {report['oracle']['pass_rate']:.1%}. "
+                f"Verdict: {report['verdict']['reason']}\n"
+            )
         fig, ax = plt.subplots(figsize=(7, 4))
         names = list(report["configs"])
         rates = [report["configs"][n]["pass_rate"] for n in names]

@@ -58,3 +58,39 @@ def test_report_table_and_verdict(monkeypatch) -> None:  # type: ignore[no-untyp
     out.truncate(0)
     improve.print_report({"state": "failed", "error": "no capability", "data": {}})
     assert "cycle failed: no capability" in out.getvalue()
+
+
+def test_a_cycle_that_trained_nothing_reports_the_base_model_and_why(
+    monkeypatch,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    import msgspec
+
+    base = {t: [(i % 2 == 0, 0.5)] for i, t in enumerate(KINDS)}
+    comparison = compare("routed", base, "base", base, resamples=200)
+    why = "no capability got a calibrated environment: too hard"
+    report = {
+        "configs": {
+            k: msgspec.to_builtins(config_stats(k, base, KINDS)) for k in ("base", "routed")
+        },
+        "comparison": msgspec.to_builtins(comparison),
+        "oracle": oracle({"base": base}),
+        "verdict": {"promote": False, "reason": f"nothing to promote: {why}"},
+        "incumbent": "base",
+        "rollouts_spent": {"base": 0, "routed": 0},
+        "untrained": why,
+    }
+    shot = {
+        "state": "completed",
+        "reason": f"nothing to promote: {why}",
+        "data": {"report": report},
+    }
+    out = io.StringIO()
+    monkeypatch.setattr(improve, "console", Console(file=out, width=200, color_system=None))
+    improve.print_report(shot)
+    text = out.getvalue()
+    assert "50.0% [" in text and "routed vs base" not in text
+    assert "the routed set is the base model" in text and f"kept: nothing to promote: {why}" in text
+    improve.write_report(shot, [], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| base | 6 | 50.0% |" in md and "McNemar" not in md and why in md
