@@ -199,7 +199,7 @@ class EvaluatorHandlers:
         ready = {cap: env for cap, env in envs.items() if env is not None}
         if not ready:
             await self._untrained(
-                ctx, cycle, f"no capability got a calibrated environment: {failures}"
+                ctx, cycle, f"no capability got a calibrated environment: {_listed(failures)}"
             )
             return
         settings = c.settings_of(cycle.data)
@@ -307,7 +307,7 @@ class EvaluatorHandlers:
             if jobs.get(j) not in (None, c.JOB_FAILED)
         }
         if not trained and not baselines:
-            await self._untrained(ctx, cycle, f"no adapter was trained: {failures}")
+            await self._untrained(ctx, cycle, f"no adapter was trained: {_listed(failures)}")
             return
         adapters = list(
             await ctx.session.scalars(select(Adapter).where(Adapter.id.in_(c.ids(trained))))
@@ -327,7 +327,7 @@ class EvaluatorHandlers:
             if baseline is not None:
                 configs[config_name] = (baseline.name, None)
         if not trained:
-            cycle.data = {**cycle.data, "untrained": f"no adapter was trained: {failures}"}
+            cycle.data = {**cycle.data, "untrained": f"no adapter was trained: {_listed(failures)}"}
         await self._evaluate(ctx, cycle, adapters, configs)
 
     async def _untrained(self, ctx: HandlerContext, cycle: Cycle, why: str) -> None:
@@ -644,6 +644,11 @@ class EvaluatorHandlers:
         cycle.reason = why
         ctx.emit(CycleCompleted(cycle_id=cycle.id, outcome="failed", reason=why))
         log.warning("cycle failed", cycle=str(cycle.id), reason=why)
+
+
+def _listed(failures: dict[str, str]) -> str:
+    """Each stage failure's reason, for a person (the ids are in the cycle's data)."""
+    return "; ".join(sorted(set(failures.values()))) or "no reason given"
 
 
 def learn_examples(route: dict[str, Outcomes], openings: dict[str, str]) -> list[Example]:

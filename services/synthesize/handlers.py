@@ -199,7 +199,10 @@ class SynthesizeHandlers:
                     capability,
                     msg.cycle_id,
                     {
-                        "reason": "calibration failed after every regeneration",
+                        "reason": (
+                            f"{capability.name}: calibration failed after {attempt + 1} "
+                            f"attempt(s), the last: {'; '.join(result.reasons) or 'rejected'}"
+                        ),
                         "attempts": attempt + 1,
                         "last": msgspec.to_builtins(result),
                     },

@@ -157,6 +157,10 @@ async def test_trivial_environment_is_adjusted_then_reported(
         capability = await session.scalar(select(Capability))
     assert capability is not None and capability.status == "synth_failed"
     assert capability.evidence["synthesis"]["attempts"] == 2
+    # the reason a person reads: which capability, how many attempts, what the last one found
+    reason = capability.evidence["synthesis"]["reason"]
+    assert reason.startswith(f"{NAME}: calibration failed after 2 attempt(s), the last: ")
+    assert envs[1].calibration["result"]["reasons"][0] in reason
 
 
 async def test_a_written_template_is_calibrated_and_a_bad_one_falls_back(
