@@ -64,8 +64,14 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     async def chat(_: web.Request) -> web.Response:
         return web.json_response(REPLY)
 
+    async def models(_: web.Request) -> web.Response:
+        # every adapter is loaded: the router's reload check passes without reloading
+        names = ["smollm2", "bot--set_alarms", "bot--convert_currency"]
+        return web.json_response({"object": "list", "data": [{"id": n} for n in names]})
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
     upstream = TestServer(app)
     await upstream.start_server()
     schema = f"bench_{uuid.uuid4().hex[:8]}"
