@@ -9,12 +9,11 @@ episode, so anything that reads trajectories can read it too.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import msgspec
 
 from shared.envs.protocol import Environment, Message, TaskSpec
-from shared.envs.runner import EpisodeResult
+from shared.envs.runner import EpisodeResult, call_records
 
 
 class MalformedReferenceError(ValueError):
@@ -62,14 +61,10 @@ def replay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeResult | N
         history.extend(result.messages)
         if result.done:
             break
-    calls: list[dict[str, Any]] = [
-        {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
-        for c in getattr(episode, "calls", [])
-    ]
     return EpisodeResult(
         messages=[msgspec.to_builtins(m) for m in history],
         score=episode.score(),
         latency_ms=(time.perf_counter() - started) * 1000,
         turns=turns,
-        calls=calls,
+        calls=call_records(episode),
     )

@@ -39,6 +39,14 @@ class EpisodeResult:
     """Each tool call: name, arguments, ok, error."""
 
 
+def call_records(episode: object) -> list[dict[str, Any]]:
+    """The tool calls an episode received (its `calls`, when it records them), as stored."""
+    return [
+        {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
+        for c in getattr(episode, "calls", [])
+    ]
+
+
 async def run_episode(
     client: LLMClient,
     model: str,
@@ -110,10 +118,7 @@ async def run_episode(
         if result.done:
             break
     score = await grade(episode)
-    calls = [
-        {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
-        for c in getattr(episode, "calls", [])
-    ]
+    calls = call_records(episode)
     return EpisodeResult(
         record,
         score,

@@ -228,6 +228,7 @@ async def _plant_prose_only(
     JSON."""
     from services.rollout.tasks import import_tasks
     from shared.envs.protocol import Message, ToolCall, ToolCallFunction
+    from shared.envs.runner import call_records
     from shared.envs.toolbox import ToolboxEnvironment
 
     env = ToolboxEnvironment()
@@ -250,10 +251,7 @@ async def _plant_prose_only(
             )
             replies = [m for turn in turns for m in (turn, *episode.step(turn).messages)]
             score = episode.score()
-            calls = [
-                {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
-                for c in episode.calls
-            ]
+            calls = call_records(episode)
             messages = [
                 {"role": "system", "content": episode.system_prompt},
                 *[msgspec.to_builtins(m) for m in (*episode.messages, *replies)],

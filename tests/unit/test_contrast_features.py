@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from typing import Any
 
-import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +14,8 @@ from services.contrast.deterministic import CATALOGUE, RuleLabeller
 from services.contrast.features import extract, is_read_only, outcome
 from services.contrast.trajectory import CallView, MalformedTrajectoryError, TrajectoryView
 from shared.envs.helpdesk.tools import TRANSFER_TOOL, WRITE_TOOLS
-from shared.envs.protocol import Message, TaskSpec, ToolCall, ToolCallFunction
+from shared.envs.protocol import TaskSpec, ToolCall, ToolCallFunction
+from shared.envs.reference import replay as replay_reference
 from shared.envs.registry import get_environment
 from shared.envs.tools import Tool, ToolBox, ToolError
 from tests.support.planted_trajectories import Script
@@ -318,29 +317,18 @@ def test_feature_invariants_hold_on_any_episode(steps: list[tuple[str, Any, int]
 
 def replay(env_name: str, task: TaskSpec) -> TrajectoryView:
     """Play a task's reference solution the way the runner does and store it."""
-    env = get_environment(env_name)
-    episode = env.reset(task, int(task.data.get("seed", 0)))
-    history = [Message(role="system", content=episode.system_prompt), *episode.messages]
-    for raw in task.data["reference"]:
-        message = msgspec.convert(raw, Message)
-        result = episode.step(message)
-        history += [message, *result.messages]
-        if result.done:
-            break
-    score = episode.score()
+    result = replay_reference(get_environment(env_name), task, int(task.data.get("seed", 0)))
+    assert result is not None
+    score = result.score
     assert score.success, (task.id, score.notes)
-    calls = [
-        {"name": c.name, "arguments": c.arguments, "ok": c.ok, "error": c.error}
-        for c in getattr(episode, "calls", [])
-    ]
     return TrajectoryView.from_stored(
         id=f"ref-{task.id}",
         task_id=task.id,
         task_kind=task.kind,
         success=score.success,
         reward=score.reward,
-        messages=json.loads(msgspec.json.encode(history)),
-        reward_breakdown={"checks": score.breakdown, "notes": score.notes, "calls": calls},
+        messages=result.messages,
+        reward_breakdown={"checks": score.breakdown, "notes": score.notes, "calls": result.calls},
     )
 
 
