@@ -4,9 +4,12 @@ with statistics and evidence out, test-split trajectories never used."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 import pytest
@@ -21,10 +24,27 @@ from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Capability, Environment, Task, Trajectory
 from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import eventually
+from tests.integration.test_delivery import eventually, healthy
 from tests.support.planted_trajectories import episode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@contextlib.asynccontextmanager
+async def running_contrast(service_cfg: ServiceConfig, **settings: Any) -> AsyncIterator[NatsBus]:
+    """The contrast service on the test's NATS and Postgres, with `settings` over the test
+    config's; yields a bus client, and stops the service (which must exit cleanly) after."""
+    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
+    service = build(ContrastConfig(**{**fields, **settings}))
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    try:
+        yield bus
+    finally:
+        service.stop()
+        assert await run == 0
+        await bus.close()
 
 
 async def _plant(store: Store, request_id: uuid.UUID) -> uuid.UUID:
@@ -70,61 +90,52 @@ async def test_diagnosis_finds_the_planted_capability(
 ) -> None:
     request_id = uuid.uuid4()
     agent_id = await _plant(store, request_id)
-    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
-    service = build(ContrastConfig(**fields))
-    run = asyncio.create_task(service.run())
+    async with running_contrast(service_cfg) as bus:
+        done = RolloutCompleted(
+            request_id=request_id,
+            agent_id=agent_id,
+            trajectories=90,
+            successes=50,
+            mean_reward=0.5,
+            purpose="diagnose",
+        )
+        await bus.publish("acme", done, msg_id=f"done-{request_id}")
+        await bus.publish(
+            "acme",
+            msgspec.structs.replace(done, purpose="adhoc", request_id=uuid.uuid4()),
+            msg_id="adhoc",
+        )  # not a diagnosis: ignored
 
-    async def ready() -> bool:
-        return (await service.health()).status == "ok"
+        sub = await bus.js.pull_subscribe(
+            f"{bus.cfg.subject_prefix}.acme.capabilities.identified",
+            stream=f"{bus.cfg.stream_prefix}_EVENTS",
+        )
+        events: list[CapabilitiesIdentified] = []
 
-    await eventually(ready)
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    done = RolloutCompleted(
-        request_id=request_id,
-        agent_id=agent_id,
-        trajectories=90,
-        successes=50,
-        mean_reward=0.5,
-        purpose="diagnose",
-    )
-    await bus.publish("acme", done, msg_id=f"done-{request_id}")
-    await bus.publish(
-        "acme",
-        msgspec.structs.replace(done, purpose="adhoc", request_id=uuid.uuid4()),
-        msg_id="adhoc",
-    )  # not a diagnosis: ignored
+        async def identified() -> bool:
+            try:
+                for m in await sub.fetch(5, timeout=0.5):
+                    events.append(msgspec.json.decode(m.data, type=CapabilitiesIdentified))
+            except Exception:  # noqa: BLE001  a fetch timeout: nothing yet
+                pass
+            return bool(events)
 
-    sub = await bus.js.pull_subscribe(
-        f"{bus.cfg.subject_prefix}.acme.capabilities.identified",
-        stream=f"{bus.cfg.stream_prefix}_EVENTS",
-    )
-    events: list[CapabilitiesIdentified] = []
-
-    async def identified() -> bool:
-        try:
-            for m in await sub.fetch(5, timeout=0.5):
-                events.append(msgspec.json.decode(m.data, type=CapabilitiesIdentified))
-        except Exception:  # noqa: BLE001  a fetch timeout: nothing yet
-            pass
-        return bool(events)
-
-    await eventually(identified, within=60)
-    [event] = events
-    assert event.request_id == request_id and event.agent_id == agent_id
-    async with store.tenant("acme") as session:
-        rows = {c.name: c for c in await session.scalars(select(Capability))}
-    kept = [rows[n] for n, c in rows.items() if c.status == "identified"]
-    assert [c.name for c in kept] == ["valid_tool_arguments"]
-    assert event.capability_ids == [kept[0].id]
-    planted = kept[0]
-    assert planted.statistics["runs_passed"] >= 8 and planted.statistics["delta"] > 0.5
-    assert planted.evidence["trajectories"] == 80 and planted.evidence["skipped_malformed"] == 10
-    assert len(planted.evidence["failures_covered"]) == 32
-    if "ask_for_missing_information" in rows:
-        assert rows["ask_for_missing_information"].status == "rejected"
-    service.stop()
-    assert await run == 0
-    await bus.close()
+        await eventually(identified, within=60)
+        [event] = events
+        assert event.request_id == request_id and event.agent_id == agent_id
+        async with store.tenant("acme") as session:
+            rows = {c.name: c for c in await session.scalars(select(Capability))}
+        kept = [rows[n] for n, c in rows.items() if c.status == "identified"]
+        assert [c.name for c in kept] == ["valid_tool_arguments"]
+        assert event.capability_ids == [kept[0].id]
+        planted = kept[0]
+        assert planted.statistics["runs_passed"] >= 8 and planted.statistics["delta"] > 0.5
+        assert (
+            planted.evidence["trajectories"] == 80 and planted.evidence["skipped_malformed"] == 10
+        )
+        assert len(planted.evidence["failures_covered"]) == 32
+        if "ask_for_missing_information" in rows:
+            assert rows["ask_for_missing_information"].status == "rejected"
 
 
 async def test_a_configured_judge_proposes_and_labels(
@@ -173,49 +184,43 @@ async def test_a_configured_judge_proposes_and_labels(
     await judge_server.start_server()
     request_id = uuid.uuid4()
     agent_id = await _plant(store, request_id)
-    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
-    fields["model"] = ModelConfig(url=f"http://127.0.0.1:{judge_server.port}/v1")
-    service = build(ContrastConfig(**fields, judge_model="judge", runs=4, min_runs=3))  # type: ignore[arg-type]
-    run = asyncio.create_task(service.run())
+    async with running_contrast(
+        service_cfg,
+        model=ModelConfig(url=f"http://127.0.0.1:{judge_server.port}/v1"),
+        judge_model="judge",
+        runs=4,
+        min_runs=3,
+    ) as bus:
+        await bus.publish(
+            "acme",
+            RolloutCompleted(
+                request_id=request_id,
+                agent_id=agent_id,
+                trajectories=90,
+                successes=50,
+                mean_reward=0.5,
+                purpose="diagnose",
+            ),
+            msg_id=f"judge-{request_id}",
+        )
 
-    async def ready() -> bool:
-        return (await service.health()).status == "ok"
+        async def stored() -> bool:
+            async with store.tenant("acme") as session:
+                return bool(list(await session.scalars(select(Capability))))
 
-    await eventually(ready)
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    await bus.publish(
-        "acme",
-        RolloutCompleted(
-            request_id=request_id,
-            agent_id=agent_id,
-            trajectories=90,
-            successes=50,
-            mean_reward=0.5,
-            purpose="diagnose",
-        ),
-        msg_id=f"judge-{request_id}",
-    )
-
-    async def stored() -> bool:
+        await eventually(stored, within=60)
         async with store.tenant("acme") as session:
-            return bool(list(await session.scalars(select(Capability))))
-
-    await eventually(stored, within=60)
-    async with store.tenant("acme") as session:
-        rows = {c.name: c for c in await session.scalars(select(Capability))}
-    # The judge's capability covers the same failures as its rule-based twin: they merge into
-    # one kept capability, whichever ranks first.
-    [survivor] = [c for c in rows.values() if c.status == "identified"]
-    assert {survivor.name, *survivor.evidence["merged"]} == {
-        "send_valid_arguments_first",
-        "valid_tool_arguments",
-    }
-    assert survivor.statistics["runs"] == 4
-    judged = survivor.name == "send_valid_arguments_first"
-    assert survivor.evidence["labeller"] == ("judge" if judged else "deterministic")
-    service.stop()
-    await run
-    await bus.close()
+            rows = {c.name: c for c in await session.scalars(select(Capability))}
+        # The judge's capability covers the same failures as its rule-based twin: they merge into
+        # one kept capability, whichever ranks first.
+        [survivor] = [c for c in rows.values() if c.status == "identified"]
+        assert {survivor.name, *survivor.evidence["merged"]} == {
+            "send_valid_arguments_first",
+            "valid_tool_arguments",
+        }
+        assert survivor.statistics["runs"] == 4
+        judged = survivor.name == "send_valid_arguments_first"
+        assert survivor.evidence["labeller"] == ("judge" if judged else "deterministic")
     await judge_server.close()
 
 
@@ -278,38 +283,27 @@ async def test_reference_solutions_stand_in_for_missing_successes(
 ) -> None:
     request_id = uuid.uuid4()
     agent_id = await _plant_prose_only(store, request_id)
-    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
-    service = build(ContrastConfig(**fields, min_successes=min_successes))  # type: ignore[arg-type]
-    run = asyncio.create_task(service.run())
+    async with running_contrast(service_cfg, min_successes=min_successes) as bus:
+        await bus.publish(
+            "acme",
+            RolloutCompleted(
+                request_id=request_id,
+                agent_id=agent_id,
+                trajectories=16,
+                successes=0,
+                mean_reward=0.0,
+                purpose="diagnose",
+            ),
+            msg_id=f"prose-{request_id}",
+        )
 
-    async def ready() -> bool:
-        return (await service.health()).status == "ok"
+        async def stored() -> bool:
+            async with store.tenant("acme") as session:
+                return bool(list(await session.scalars(select(Capability))))
 
-    await eventually(ready)
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    await bus.publish(
-        "acme",
-        RolloutCompleted(
-            request_id=request_id,
-            agent_id=agent_id,
-            trajectories=16,
-            successes=0,
-            mean_reward=0.0,
-            purpose="diagnose",
-        ),
-        msg_id=f"prose-{request_id}",
-    )
-
-    async def stored() -> bool:
+        await eventually(stored, within=90)
         async with store.tenant("acme") as session:
-            return bool(list(await session.scalars(select(Capability))))
-
-    await eventually(stored, within=90)
-    async with store.tenant("acme") as session:
-        rows = {c.name: c for c in await session.scalars(select(Capability))}
-    service.stop()
-    await run
-    await bus.close()
+            rows = {c.name: c for c in await session.scalars(select(Capability))}
     tools = rows["use_tools_when_needed"]
     if min_successes == 0:
         # Only the agent's own trajectories: nothing succeeded, so nothing can be contrasted.
@@ -340,43 +334,32 @@ async def test_a_cycle_budget_passes_on_only_the_best_capabilities(
                 data={"settings": {"max_capabilities": 1}},
             )
         )
-    fields = {f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__}
-    service = build(ContrastConfig(**fields))  # type: ignore[arg-type]
-    run = asyncio.create_task(service.run())
-
-    async def ready() -> bool:
-        return (await service.health()).status == "ok"
-
-    await eventually(ready)
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    done = RolloutCompleted(
-        request_id=request_id,
-        agent_id=agent_id,
-        trajectories=16,
-        successes=0,
-        mean_reward=0.0,
-        cycle_id=cycle_id,
-        purpose="diagnose",
-    )
-    await bus.publish("acme", done, msg_id=f"budget-{request_id}")
-    stream = f"{bus.cfg.stream_prefix}_EVENTS"
-
-    async def announced() -> bool:
-        return bool(await emitted(bus, stream, CapabilitiesIdentified))
-
-    await eventually(announced, within=90)
-    [event] = await emitted(bus, stream, CapabilitiesIdentified)
-    async with store.tenant("acme") as session:
-        kept = list(
-            await session.scalars(
-                select(Capability)
-                .where(Capability.status == "identified")
-                .order_by(Capability.created_at, Capability.id)
-            )
+    async with running_contrast(service_cfg) as bus:
+        done = RolloutCompleted(
+            request_id=request_id,
+            agent_id=agent_id,
+            trajectories=16,
+            successes=0,
+            mean_reward=0.0,
+            cycle_id=cycle_id,
+            purpose="diagnose",
         )
-    service.stop()
-    await run
-    await bus.close()
+        await bus.publish("acme", done, msg_id=f"budget-{request_id}")
+        stream = f"{bus.cfg.stream_prefix}_EVENTS"
+
+        async def announced() -> bool:
+            return bool(await emitted(bus, stream, CapabilitiesIdentified))
+
+        await eventually(announced, within=90)
+        [event] = await emitted(bus, stream, CapabilitiesIdentified)
+        async with store.tenant("acme") as session:
+            kept = list(
+                await session.scalars(
+                    select(Capability)
+                    .where(Capability.status == "identified")
+                    .order_by(Capability.created_at, Capability.id)
+                )
+            )
     # More than one capability separates the failures from the references; the cycle's
     # budget lets only the best one go on, and the others stay stored as identified.
     assert len(kept) > 1
