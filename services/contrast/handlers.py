@@ -16,7 +16,7 @@ from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryVie
 from shared.bus.delivery import Handler, HandlerContext
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
-from shared.messages import CapabilitiesIdentified, Contract, CycleSettings, RolloutCompleted
+from shared.messages import CapabilitiesIdentified, Contract, RolloutCompleted
 from shared.store.models import Capability, Cycle, Task, Trajectory
 
 log = get_logger(__name__)
@@ -172,8 +172,7 @@ async def _capability_limit(ctx: HandlerContext, cycle_id: uuid.UUID | None) -> 
     cycle = await ctx.session.get(Cycle, cycle_id)
     if cycle is None:
         return None
-    settings = msgspec.convert(cycle.data.get("settings", {}), CycleSettings)
-    return settings.max_capabilities
+    return cycle.settings.max_capabilities
 
 
 def _rule_based(name: str) -> bool:

@@ -23,10 +23,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import msgspec
-
-from shared.messages import CycleSettings
-
 DIAGNOSING = "diagnosing"
 SYNTHESIZING = "synthesizing"
 TRAINING = "training"
@@ -51,10 +47,6 @@ def adapter_config(name: str) -> str:
 
 def baseline_config(name: str) -> str:
     return f"baseline:{name}"
-
-
-def settings_of(data: dict[str, Any]) -> CycleSettings:
-    return msgspec.convert(data.get("settings", {}), CycleSettings)
 
 
 def ids(values: list[Any]) -> list[uuid.UUID]:

@@ -202,7 +202,7 @@ class EvaluatorHandlers:
                 ctx, cycle, f"no capability got a calibrated environment: {_listed(failures)}"
             )
             return
-        settings = c.settings_of(cycle.data)
+        settings = cycle.settings
         base_config: dict[str, Any] = {"agent_id": str(cycle.agent_id)}
         if settings.rollout_budget is not None:
             base_config["rollout_budget"] = settings.rollout_budget
@@ -358,7 +358,7 @@ class EvaluatorHandlers:
             )
             if a.id not in {x.id for x in adapters}
         ]
-        settings = c.settings_of(cycle.data)
+        settings = cycle.settings
         env = get_environment(agent.environment)
         tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
         configs: dict[str, tuple[str | None, str | None]] = {c.BASE: (None, None)}
@@ -457,7 +457,7 @@ class EvaluatorHandlers:
     async def _decide(self, ctx: HandlerContext, cycle: Cycle) -> None:
         agent = await ctx.session.get(Agent, cycle.agent_id)
         assert agent is not None
-        settings = c.settings_of(cycle.data)
+        settings = cycle.settings
         requests: dict[str, str] = cycle.data["evaluations"]
         outcomes: dict[str, Outcomes] = {}
         openings: dict[str, str] = {}

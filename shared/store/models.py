@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from sqlalchemy import (
     Boolean,
     DateTime,
@@ -22,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, synonym
+
+from shared.messages import CycleSettings
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -155,6 +158,11 @@ class Cycle(TenantOwned, Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
+
+    @property
+    def settings(self) -> CycleSettings:
+        """The settings the cycle was requested with (`data["settings"]`)."""
+        return msgspec.convert(self.data.get("settings", {}), CycleSettings)
 
 
 class Trajectory(TenantOwned, Base):
