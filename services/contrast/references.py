@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
-from shared.envs.loading import SYNTHETIC, load_environment, synthetic_ref
+from shared.envs.loading import load_environment, row_ref
 from shared.envs.protocol import Environment, Split, TaskSpec
 from shared.envs.reference import MalformedReferenceError, replay
 from shared.envs.registry import UnknownEnvironmentError
@@ -64,7 +64,7 @@ async def reference_views(
 
 
 async def _environment(session: AsyncSession, row: EnvironmentRow) -> Environment | None:
-    ref = synthetic_ref(row.name, row.version) if row.name.startswith(SYNTHETIC) else row.name
+    ref = row_ref(row)
     try:
         return await load_environment(session, ref)
     except UnknownEnvironmentError as exc:

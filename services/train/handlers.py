@@ -32,7 +32,7 @@ from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, Unreadable
 from services.train.grpo import GRPOSettings, lora_policy
 from services.train.trainer import Budget, Checkpoints, Progress, train
 from shared.bus.delivery import Handler, HandlerContext
-from shared.envs.loading import load_environment, synthetic_ref
+from shared.envs.loading import load_environment, row_ref
 from shared.envs.protocol import Environment as EnvProtocol
 from shared.errors import ConfigError, PermanentError, RetryableError
 from shared.llm.client import LLMClient, LLMError
@@ -105,12 +105,8 @@ class TrainHandlers:
             log.info("training job not taken", job=str(job.id), reason=claim)
             return
         lease = asyncio.create_task(self._renew(ctx, job.id))
-        ref = (
-            synthetic_ref(env_row.name, env_row.version)
-            if env_row.kind == "synthetic"
-            else env_row.name  # a target (the "GRPO on the target" baseline)
-        )
-        env = await load_environment(ctx.session, ref)
+        # a synthetic environment, or a target (the "GRPO on the target" baseline)
+        env = await load_environment(ctx.session, row_ref(env_row))
         if job.config.get("kind") == "gepa":
             try:
                 await self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint)

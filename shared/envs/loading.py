@@ -21,6 +21,12 @@ def synthetic_ref(name: str, version: int) -> str:
     return f"{name}@{version}"
 
 
+def row_ref(row: EnvironmentRow) -> str:
+    """The reference that loads a stored environment: a synthetic one by name and version, a
+    target by its name."""
+    return synthetic_ref(row.name, row.version) if row.kind == "synthetic" else row.name
+
+
 def parse_ref(ref: str) -> tuple[str, int]:
     """(row name, version) of an environment reference; built-ins are version 1."""
     if not ref.startswith(SYNTHETIC):
