@@ -10,7 +10,14 @@ import msgspec
 
 from shared.envs.protocol import Message, ToolCall, ToolCallFunction
 from shared.errors import PermanentError, RetryableError
-from shared.llm.openai_types import ChatRequest, ChatResponse, Choice, ResponseMessage
+from shared.llm.openai_types import (
+    ChatRequest,
+    ChatResponse,
+    Choice,
+    CompletionRequest,
+    CompletionResponse,
+    ResponseMessage,
+)
 from shared.llm.tool_format import OPEN, parse_reply
 from shared.retry import RetryPolicy, with_retry
 
@@ -84,6 +91,15 @@ class LLMClient:
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise LLMError(f"unreadable chat response: {exc}") from exc
         return _normalise(response, bool(request.tools))
+
+    async def complete(self, request: CompletionRequest) -> CompletionResponse:
+        """One plain completion (a prompt of text or of token ids)."""
+        body = msgspec.json.encode(msgspec.structs.replace(request, stream=False))
+        raw = await with_retry(self.chat_retry, lambda: self._post("/completions", body))
+        try:
+            return msgspec.json.decode(raw, type=CompletionResponse)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise LLMError(f"unreadable completion response: {exc}") from exc
 
     async def models(self) -> list[str]:
         raw = await with_retry(ADMIN_RETRY, lambda: self._request("GET", "/models", None))

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible chat API as msgspec Structs, shared by our server and our client.
+"""The OpenAI-compatible API as msgspec Structs, shared by our server and our client: chat
+completions, (token) completions with vLLM's `return_token_ids`, models and adapters.
 
 Only what retrace uses is typed; unknown request fields are ignored, as vLLM does.
 """
@@ -81,6 +82,50 @@ class ChatResponse(msgspec.Struct, kw_only=True, frozen=True):
     choices: list[Choice]
     usage: Usage
     object: Literal["chat.completion"] = "chat.completion"
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """POST /v1/completions body. A prompt of token ids is generated from as it is (training
+    samples this way, so the loss sees exactly the tokens the endpoint saw and wrote)."""
+
+    model: str
+    prompt: list[int] | str
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    """vLLM extension: also stop on these tokens (kept in `token_ids`)."""
+    logprobs: int | None = None
+    """Log-probabilities of the sampled tokens, with this many alternatives each."""
+    return_token_ids: bool = False
+    """vLLM extension: each choice carries `token_ids`, the stop token included."""
+    stream: bool = False
+
+
+class CompletionLogprobs(msgspec.Struct, kw_only=True, frozen=True):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+
+
+class CompletionChoice(msgspec.Struct, kw_only=True, frozen=True):
+    index: int
+    text: str
+    finish_reason: Literal["stop", "length"] | None
+    logprobs: CompletionLogprobs | None = None
+    token_ids: list[int] | None = None
+
+
+class CompletionResponse(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    object: Literal["text_completion"] = "text_completion"
 
 
 class LoadAdapterRequest(msgspec.Struct, kw_only=True, frozen=True):

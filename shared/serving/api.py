@@ -26,6 +26,10 @@ from shared.llm.openai_types import (
     ChatResponse,
     Choice,
     ChoiceLogprobs,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
     ErrorBody,
     ErrorResponse,
     LoadAdapterRequest,
@@ -87,6 +91,7 @@ class ModelServer:
         self.served_name = served_name
         self.max_context = max_context
         self.created = int(time.time())
+        self.vocab = engine.model.get_input_embeddings().num_embeddings
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "retrace_model_requests_total",
@@ -114,6 +119,7 @@ class ModelServer:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[errors], client_max_size=32 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/load_lora_adapter", self.load_adapter)
         app.router.add_post("/v1/unload_lora_adapter", self.unload_adapter)
@@ -175,29 +181,14 @@ class ModelServer:
     def _params(self, req: ChatRequest) -> SamplingParams:
         if not req.messages:
             raise ApiError(400, "messages must not be empty")
-        if not 1 <= req.n <= MAX_N:
-            raise ApiError(400, f"n must be between 1 and {MAX_N}")
-        if req.temperature < 0 or req.temperature > 5 or 0 < req.temperature < MIN_TEMPERATURE:
-            raise ApiError(
-                400, f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and 5"
-            )
-        if req.seed is not None and not 0 <= req.seed < MAX_SEED:
-            raise ApiError(400, f"seed must be between 0 and {MAX_SEED - 1}")
-        if not 0 < req.top_p <= 1:
-            raise ApiError(400, "top_p must be in (0, 1]")
-        max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
-        if max_tokens < 1:
-            raise ApiError(400, "max_tokens must be at least 1")
         top = req.top_logprobs or 0
-        if not 0 <= top <= 20:
-            raise ApiError(400, "top_logprobs must be between 0 and 20")
-        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
-        return SamplingParams(
+        return _sampling(
+            n=req.n,
             temperature=req.temperature,
             top_p=req.top_p,
-            max_tokens=max_tokens,
             seed=req.seed,
-            stop=stop,
+            max_tokens=req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS,
+            stop=req.stop,
             logprobs=req.logprobs or bool(top),
             top_logprobs=top,
         )
@@ -282,6 +273,75 @@ class ModelServer:
         self._count(req.model, "ok")
         return response
 
+    # -- completions ----------------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.Response:
+        """Plain completions; a prompt of token ids is generated from as it is, and
+        `return_token_ids` gives each choice's tokens, the stop token included (as vLLM)."""
+        try:
+            req = msgspec.json.decode(await request.read(), type=CompletionRequest)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ApiError(400, f"invalid request: {exc}") from exc
+        if req.stream:
+            raise ApiError(
+                400, "serve-model does not stream /v1/completions; stream /v1/chat/completions"
+            )
+        adapter = self._adapter_for(req.model)
+        prompt_ids = self._prompt_ids(req.prompt)
+        stop_ids = tuple(req.stop_token_ids or ())
+        self._check_ids(list(stop_ids), "stop_token_ids")
+        if req.logprobs is not None and req.logprobs < 0:
+            raise ApiError(400, "logprobs must be between 0 and 20")
+        params = _sampling(
+            n=req.n,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            max_tokens=req.max_tokens,
+            stop=req.stop,
+            logprobs=req.logprobs is not None,
+            top_logprobs=req.logprobs or 0,
+            stop_token_ids=stop_ids,
+        )
+        if len(prompt_ids) + params.max_tokens > self.max_context:
+            raise ApiError(
+                400,
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
+                f"exceeds the context window of {self.max_context}",
+            )
+        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
+        self._count(req.model, "ok")
+        choices = [_completion_choice(i, o, req) for i, o in enumerate(outputs)]
+        written = sum(len(o.token_ids) + (o.stop_token is not None) for o in outputs)
+        response = CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}",
+            created=int(time.time()),
+            model=req.model,
+            choices=choices,
+            usage=Usage(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=written,
+                total_tokens=len(prompt_ids) + written,
+            ),
+        )
+        return web.Response(body=msgspec.json.encode(response), content_type="application/json")
+
+    def _prompt_ids(self, prompt: list[int] | str) -> list[int]:
+        if isinstance(prompt, str):
+            ids = list(self.prompts.tokenizer(prompt)["input_ids"])
+        else:
+            ids = prompt
+            self._check_ids(ids, "prompt")
+        if not ids:
+            raise ApiError(400, "prompt must not be empty")
+        return ids
+
+    def _check_ids(self, ids: list[int], what: str) -> None:
+        bad = next((t for t in ids if not 0 <= t < self.vocab), None)
+        if bad is not None:
+            raise ApiError(
+                400, f"{what} holds token id {bad}, outside the vocabulary [0, {self.vocab})"
+            )
+
     def _count(self, model: str, status: str) -> None:
         self.requests.labels(model, status).inc()
 
@@ -363,6 +423,61 @@ class ModelServer:
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
+
+
+def _completion_choice(index: int, out: Output, req: CompletionRequest) -> CompletionChoice:
+    ids = out.token_ids + ([out.stop_token] if out.stop_token is not None else [])
+    logprobs = None
+    if req.logprobs is not None:
+        logprobs = CompletionLogprobs(
+            tokens=[t.token for t in out.logprobs],
+            token_logprobs=[t.logprob for t in out.logprobs],
+            top_logprobs=[dict(t.top) for t in out.logprobs] if req.logprobs else None,
+        )
+    return CompletionChoice(
+        index=index,
+        text=out.text,
+        finish_reason=out.finish_reason,  # type: ignore[arg-type]
+        logprobs=logprobs,
+        token_ids=ids if req.return_token_ids else None,
+    )
+
+
+def _sampling(
+    *,
+    n: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+    max_tokens: int,
+    stop: str | list[str] | None,
+    logprobs: bool,
+    top_logprobs: int,
+    stop_token_ids: tuple[int, ...] = (),
+) -> SamplingParams:
+    """Sampling settings of a chat or completion request, each checked with a clear error."""
+    if not 1 <= n <= MAX_N:
+        raise ApiError(400, f"n must be between 1 and {MAX_N}")
+    if temperature < 0 or temperature > 5 or 0 < temperature < MIN_TEMPERATURE:
+        raise ApiError(400, f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and 5")
+    if seed is not None and not 0 <= seed < MAX_SEED:
+        raise ApiError(400, f"seed must be between 0 and {MAX_SEED - 1}")
+    if not 0 < top_p <= 1:
+        raise ApiError(400, "top_p must be in (0, 1]")
+    if max_tokens < 1:
+        raise ApiError(400, "max_tokens must be at least 1")
+    if not 0 <= top_logprobs <= 20:
+        raise ApiError(400, "top_logprobs must be between 0 and 20")
+    return SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        seed=seed,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        stop_token_ids=stop_token_ids,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+    )
 
 
 def _message(text: str, tools: bool) -> tuple[ResponseMessage, str | None]:

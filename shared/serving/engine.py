@@ -43,6 +43,8 @@ class Output:
     finish_reason: str
     """stop | length"""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_token: int | None = None
+    """The token generation stopped on (not in `token_ids` or `text`), if it stopped on one."""
 
 
 Delta = tuple[int, str]
@@ -77,6 +79,7 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_token: int | None = None
     done: bool = False
 
 
@@ -376,8 +379,9 @@ class Engine:
                 TokenLogprob(self.tokenizer.decode([token]), float(logprobs[token]), top)
             )
         finish: str | None = None
-        if token in self._stop_ids:
+        if token in self._stop_ids or token in params.stop_token_ids:
             finish = "stop"
+            row.stop_token = token
         else:
             row.ids.append(token)
             text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
@@ -398,7 +402,7 @@ class Engine:
 
     def _finish(self, row: _Row, reason: str) -> None:
         request = row.request
-        request.outputs[row.index] = Output(row.text, row.ids, reason, row.logprobs)
+        request.outputs[row.index] = Output(row.text, row.ids, reason, row.logprobs, row.stop_token)
         if all(o is not None for o in request.outputs) and not request.future.done():
             outputs = [o for o in request.outputs if o is not None]
             request.loop.call_soon_threadsafe(_settle, request.future, outputs, None)

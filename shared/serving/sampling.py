@@ -14,6 +14,8 @@ class SamplingParams:
     max_tokens: int = 256
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    """Tokens that end generation besides the model's own end tokens."""
     logprobs: bool = False
     top_logprobs: int = 0
 

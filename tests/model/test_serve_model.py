@@ -82,6 +82,66 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     assert bad.status == 400
 
 
+async def complete(client: TestClient, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+    resp = await client.post("/v1/completions", json={"model": "smollm2", **body})
+    data = await resp.json()
+    assert resp.status == status, data
+    return data
+
+
+async def test_token_completions_return_the_sampled_ids_with_the_stop_token(
+    client: TestClient, loaded: tuple[object, Engine]
+) -> None:
+    """Training samples this way (vLLM's `return_token_ids`): exactly the ids the model wrote,
+    the stop token included, each with its log-probability."""
+    from shared.llm.openai_types import ChatRequest
+    from shared.serving.prompts import PromptBuilder
+
+    _, engine = loaded
+    tokenizer = engine.tokenizer
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    request = ChatRequest(model="smollm2", messages=[{"role": "user", "content": "Say hello."}])  # type: ignore[list-item]
+    prompt, _ = PromptBuilder(tokenizer).build(request)
+    greedy = {"max_tokens": 40, "temperature": 0, "stop_token_ids": [end]}
+    data = await complete(
+        client, {"prompt": prompt, "logprobs": 0, "return_token_ids": True, **greedy}
+    )
+    [choice] = data["choices"]
+    ids = choice["token_ids"]
+    assert choice["finish_reason"] == "stop" and ids[-1] == end and end not in ids[:-1]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == choice["text"]
+    assert len(choice["logprobs"]["token_logprobs"]) == len(ids)
+    assert all(lp <= 0 for lp in choice["logprobs"]["token_logprobs"])
+    assert data["usage"] == {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(ids),
+        "total_tokens": len(prompt) + len(ids),
+    }
+    as_chat = await post(client, chat("Say hello.", max_tokens=40))
+    assert as_chat["choices"][0]["message"]["content"] == choice["text"]  # same model, same ids
+    as_text = await complete(client, {"prompt": tokenizer.decode(prompt), **greedy})
+    assert as_text["choices"][0]["text"] == choice["text"]
+    assert "token_ids" not in as_text["choices"][0] or as_text["choices"][0]["token_ids"] is None
+
+
+async def test_bad_completion_requests_get_clear_errors(client: TestClient) -> None:
+    def message(data: dict[str, Any]) -> str:
+        return str(data["error"]["message"])
+
+    assert "empty" in message(await complete(client, {"prompt": []}, 400))
+    assert "vocabulary" in message(await complete(client, {"prompt": [1, 10**9]}, 400))
+    assert "vocabulary" in message(
+        await complete(client, {"prompt": [1, 2], "stop_token_ids": [-1]}, 400)
+    )
+    assert "stream" in message(await complete(client, {"prompt": [1, 2], "stream": True}, 400))
+    assert "not found" in message(await complete(client, {"prompt": [1], "model": "nope"}, 404))
+    assert "n must be" in message(await complete(client, {"prompt": [1], "n": 0}, 400))
+    assert "invalid request" in message(await complete(client, {"prompt": [1, "x"]}, 400))
+    assert "context window" in message(
+        await complete(client, {"prompt": [1], "max_tokens": 10_000_000}, 400)
+    )
+
+
 async def test_required_tool_choice_yields_a_tool_call_or_a_reported_error(
     client: TestClient,
 ) -> None:
