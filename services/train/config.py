@@ -5,7 +5,7 @@ rollout budget and episode lengths are what a CPU can afford, raise them on a GP
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -27,6 +27,12 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] = 6
     temperature: Annotated[float, msgspec.Meta(gt=0, le=4)] = 1.0
     seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy trains; auto: the GPU when torch sees one."""
+    generation: Literal["local", "endpoint"] = "local"
+    """Who samples the rollouts: the policy in this process (transformers), or the inference
+    endpoint (`RETRACE_MODEL_URL`: vLLM on a GPU) sent the adapter after every step; the
+    endpoint must read the artifact store at the same path."""
     threads: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """Torch CPU threads; unset: torch's default."""
     reflection_model: str | None = None

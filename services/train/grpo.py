@@ -6,8 +6,9 @@ give a scripted user a turn. Our loop is short, so it is ours:
 
 1. Rollout: the group's G episodes of one task run in lockstep; each turn renders every
    active conversation with the serving prompt builder (the same template the endpoint
-   uses), samples the replies in one batched `generate`, parses them into assistant
-   messages exactly as the server would, and steps the episodes. The exact prompt and
+   uses), samples the replies (one batched `generate` in process, or an inference endpoint
+   serving the current adapter: `sampling.py`), parses them into assistant messages exactly
+   as the server would, and steps the episodes. The exact prompt and
    completion token ids of every assistant turn are kept: the loss is computed on the
    tokens that were sampled, never on a re-tokenisation.
 2. Advantages: reward minus the group mean, divided by the group's standard deviation
@@ -32,6 +33,7 @@ from typing import Any
 import msgspec
 import torch
 
+from services.train.sampling import LocalSampler, Sampler
 from shared.envs.protocol import Environment, Message, TaskSpec, ToolCall, ToolCallFunction
 from shared.llm.openai_types import ChatRequest
 from shared.llm.tool_format import parse_reply
@@ -114,41 +116,16 @@ class Policy:
         self.end_id = tokenizer.convert_tokens_to_ids(END)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
 
-    @torch.no_grad()
-    def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
-        """One sampled completion per prompt (token ids, through `<|im_end|>` when it ended)."""
-        self.model.eval()
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: generation continues every row
-            ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            mask[row, width - len(prompt) :] = 1
-        torch.manual_seed(seed)
-        out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=True,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=0,
-            max_new_tokens=s.max_new_tokens,
-            eos_token_id=self.end_id,
-            pad_token_id=self.pad_id,
-        )
-        completions = []
-        for row in out[:, width:].tolist():
-            if self.end_id in row:
-                row = row[: row.index(self.end_id) + 1]
-            completions.append(row)
-        return completions
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def completion_logprobs(self, turn: Turn, temperature: float) -> torch.Tensor:
         """Log-probabilities of the turn's completion tokens under the current weights."""
-        ids = torch.tensor([turn.prompt_ids + turn.completion_ids])
+        ids = torch.tensor([turn.prompt_ids + turn.completion_ids], device=self.device)
         logits = self.model(input_ids=ids).logits[0, len(turn.prompt_ids) - 1 : -1]
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-        target = torch.tensor(turn.completion_ids)
+        target = torch.tensor(turn.completion_ids, device=self.device)
         return logp.gather(1, target[:, None])[:, 0]
 
     def to_message(self, completion: list[int]) -> Message:
@@ -171,8 +148,11 @@ def rollout_group(
     *,
     system_prompt: str = "",
     sample_seed: int = 0,
+    sampler: Sampler | None = None,
 ) -> list[Rollout]:
-    """One episode per seed of `task`, run in lockstep; scored, with their exact tokens."""
+    """One episode per seed of `task`, run in lockstep; scored, with their exact tokens.
+    Completions come from `sampler` (default: the policy itself, in process)."""
+    sampler = sampler or LocalSampler(policy)
     episodes = [env.reset(task, seed) for seed in seeds]
     histories: list[list[Message]] = []
     for episode in episodes:
@@ -194,7 +174,9 @@ def rollout_group(
         active = list(prompts)
         if not active:
             break
-        completions = policy.sample([prompts[i] for i in active], s, seed=sample_seed * 1000 + turn)
+        completions = sampler.sample(
+            [prompts[i] for i in active], s, seed=sample_seed * 1000 + turn
+        )
         still: list[int] = []
         for i, completion in zip(active, completions, strict=True):
             rollouts[i].turns.append(Turn(prompts[i], completion))
@@ -271,14 +253,16 @@ def policy_step(
     )
 
 
-def lora_policy(model_dir: str, s: GRPOSettings) -> Policy:
-    """The base model from a local directory (fp32: CPU matmuls in bf16 are far slower) with a
-    fresh LoRA adapter of the settings' shape."""
+def lora_policy(model_dir: str, s: GRPOSettings, device: str = "cpu") -> Policy:
+    """The base model from a local directory with a fresh LoRA adapter of the settings' shape,
+    on `device`: fp32 on a CPU (its bf16 matmuls are far slower), bf16 on a GPU (peft keeps
+    the adapter's own weights in fp32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return lora_on(base, tokenizer, s)
+    dtype = torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    base: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    return lora_on(base.to(device), tokenizer, s)
 
 
 def lora_on(base: Any, tokenizer: Any, s: GRPOSettings) -> Policy:

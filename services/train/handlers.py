@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from sqlalchemy import func, select, update
 
 from services.train.config import TrainConfig
 from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
-from services.train.grpo import GRPOSettings, lora_policy
+from services.train.grpo import GRPOSettings, Policy, lora_policy
+from services.train.sampling import EndpointSampler, Sampler
 from services.train.trainer import Budget, Checkpoints, Progress, train
 from shared.bus.delivery import Handler, HandlerContext
 from shared.envs.loading import load_environment, row_ref
@@ -132,6 +134,7 @@ class TrainHandlers:
                 Checkpoints(checkpoint),
                 on_step,
                 stop,
+                self._sampler(ctx.tenant, job.id, loop),
             )
         except asyncio.CancelledError:
             stop.set()  # the thread ends after its current step, checkpointed
@@ -253,23 +256,53 @@ class TrainHandlers:
         checkpoints: Checkpoints,
         on_step: Any,
         stop: threading.Event,
+        sampler: Callable[[Policy], Sampler] | None,
     ) -> tuple[Progress, Any]:
         import torch
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
-        policy = lora_policy(str(resolve_model(model)), settings)
-        progress = train(
-            policy,
-            env,
-            settings,
-            budget,
-            checkpoints,
-            system_prompt=system_prompt,
-            on_step=on_step,
-            should_stop=stop.is_set,
-        )
+        policy = lora_policy(str(resolve_model(model)), settings, device=self._device())
+        chosen = sampler(policy) if sampler is not None else None
+        try:
+            progress = train(
+                policy,
+                env,
+                settings,
+                budget,
+                checkpoints,
+                system_prompt=system_prompt,
+                on_step=on_step,
+                should_stop=stop.is_set,
+                sampler=chosen,
+            )
+        finally:
+            if chosen is not None:
+                chosen.close()
         return progress, policy
+
+    def _device(self) -> str:
+        import torch
+
+        if self.cfg.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.cfg.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("RETRACE_TRAIN_DEVICE=cuda, but torch sees no GPU")
+        return self.cfg.device
+
+    def _sampler(
+        self, tenant: str, job_id: uuid.UUID, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[Policy], Sampler] | None:
+        """How the job's rollouts are sampled: None for the policy itself (in process)."""
+        if self.cfg.generation == "local":
+            return None
+        client = self.client
+        if client is None:
+            raise ConfigError("RETRACE_TRAIN_GENERATION=endpoint needs the inference endpoint")
+        directory = self._root(tenant) / "live" / str(job_id)
+        return lambda policy: EndpointSampler(
+            client, loop, directory, f"train-{job_id}", policy.end_id
+        )
 
     def _root(self, tenant: str) -> Path:
         return self.cfg.storage.artifact_path / tenant

@@ -31,6 +31,7 @@ from services.train.grpo import (
     policy_step,
     rollout_group,
 )
+from services.train.sampling import LocalSampler, Sampler
 from shared.envs.protocol import Environment, TaskSpec
 
 STATE = "state.json"
@@ -87,9 +88,14 @@ class Checkpoints:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        weights = load_file(str(self.directory / ADAPTER / "adapter_model.safetensors"))
+        device = policy.device
+        weights = load_file(
+            str(self.directory / ADAPTER / "adapter_model.safetensors"), device=str(device)
+        )
         set_peft_model_state_dict(policy.model, weights)
-        optimizer.load_state_dict(torch.load(self.directory / OPTIMIZER, weights_only=True))
+        optimizer.load_state_dict(
+            torch.load(self.directory / OPTIMIZER, weights_only=True, map_location=device)
+        )
         return Progress(**json.loads(state.read_text()))
 
 
@@ -110,9 +116,12 @@ def train(
     checkpoint_every: int = 1,
     on_step: Callable[[Progress, StepStats], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    sampler: Sampler | None = None,
 ) -> Progress:
     """Run (or resume) the training; returns the progress when the budget is spent or
-    `should_stop()` says so (after a checkpoint)."""
+    `should_stop()` says so (after a checkpoint). Completions come from `sampler` (default:
+    the policy in process), which is given the weights before the first rollout and after
+    every step."""
     tasks = task_order([t for t in env.tasks() if t.split == "train"], s.seed)
     if not tasks:
         raise ValueError("the environment has no train tasks")
@@ -122,7 +131,10 @@ def train(
         progress = Progress()
     else:
         progress.resumes.append(progress.step)
+    sampler = sampler or LocalSampler(policy)
     steps = budget.steps(s)
+    if progress.step < steps:
+        sampler.sync(policy, progress.step)
     while progress.step < steps and not should_stop():
         started = time.perf_counter()
         groups = []
@@ -142,10 +154,13 @@ def train(
                     s,
                     system_prompt=system_prompt,
                     sample_seed=s.seed * 100_003 + index,
+                    sampler=sampler,
                 )
             )
         stats = policy_step(policy, optimizer, groups, s)
         progress.step += 1
+        if progress.step < steps:
+            sampler.sync(policy, progress.step)
         progress.rollouts += stats.rollouts
         wall = time.perf_counter() - started
         progress.wall_s += wall

@@ -171,6 +171,78 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
     assert sum((announced.state.subjects or {}).values()) == 1  # announced once
 
 
+async def test_a_job_sampled_by_the_endpoint_leaves_only_its_adapter_loaded(
+    service_cfg: ServiceConfig, store: Store, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`RETRACE_TRAIN_GENERATION=endpoint` against a real `retrace serve-model`: the endpoint
+    samples every rollout from the adapter it is sent after each step; when the job is done
+    only the registered adapter is loaded there, and the per-step copies are gone."""
+    from shared.serving.server import ServeConfig, load
+
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
+        env = Environment(
+            name="synthetic/valid_tool_arguments",
+            version=1,
+            kind="synthetic",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "valid_tool_arguments")),
+            status="ready",
+        )
+        session.add(env)
+        await session.flush()
+        job = TrainingJob(environment_id=env.id, config={"agent_id": str(agent.id)})
+        session.add(job)
+        await session.flush()
+        job_id, env_id = job.id, env.id
+    model_server, engine = load(ServeConfig(model=str(tiny_model), max_batch=8))
+    engine.start()
+    server = TestServer(model_server.app())
+    await server.start_server()
+    cfg = TrainConfig(
+        **{
+            **_fields(service_cfg),
+            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+            "storage": StorageConfig(data_dir=str(tmp_path)),
+        },  # type: ignore[arg-type]
+        generation="endpoint",
+        group_size=2,
+        rollout_budget=6,
+        max_new_tokens=8,
+        max_turns=1,
+        rank=4,
+        alpha=8,
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme", TrainRequested(job_id=job_id, environment_id=env_id), msg_id=f"t-{job_id}"
+    )
+
+    async def done() -> bool:
+        async with store.tenant("acme") as session:
+            row = await session.get(TrainingJob, job_id)
+        return row is not None and row.status in ("done", "failed")
+
+    await eventually(done, within=240)
+    service.stop()
+    await run
+    await bus.close()
+    await server.close()
+    engine.stop()
+    async with store.tenant("acme") as session:
+        row = await session.get(TrainingJob, job_id)
+        [adapter] = list(await session.scalars(select(Adapter)))
+    assert row is not None and row.status == "done", row.error if row else None
+    assert [c["step"] for c in adapter.training_curve] == [1, 2, 3]
+    assert engine.stats.generated_tokens >= 6  # every rollout was sampled by the endpoint
+    assert adapter.status == "loaded" and list(engine.adapters) == [adapter.name]
+    assert not (tmp_path / "artifacts" / "acme" / "live" / str(job_id)).exists()
+
+
 async def test_a_job_stopped_mid_training_resumes_on_another_worker(
     service_cfg: ServiceConfig, store: Store, tiny_model: Path, tmp_path: Path
 ) -> None:

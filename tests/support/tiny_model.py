@@ -34,3 +34,12 @@ def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
         max_position_embeddings=4096,
     )
     return LlamaForCausalLM(config)
+
+
+def save_tiny_model(directory: Any) -> Any:
+    """The tiny model and SmolLM2's tokenizer saved as a model directory (for serve-model and
+    the train service, which load models from disk)."""
+    tokenizer = smollm2_tokenizer()
+    tiny_llama(tokenizer).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

@@ -1,0 +1,241 @@
+"""Where the policy's completions come from while it trains.
+
+- `LocalSampler`: transformers `generate` on the policy itself (the CPU default).
+- `EndpointSampler`: an OpenAI-compatible endpoint serving the policy's current adapter: vLLM
+  on a GPU (`--enable-lora`, runtime LoRA updating on); `retrace serve-model` speaks the same
+  API. Before the first rollout and after every optimizer step the adapter is saved under a
+  new name and loaded with `/v1/load_lora_adapter`, the previous one unloaded. Prompts go to
+  `/v1/completions` as token ids and come back as token ids (`return_token_ids`, the stop
+  token included), so the loss is computed on exactly the tokens the endpoint sampled.
+
+Everything else in the loop (prompts, parsing, environments, loss, checkpoints) is the same
+code whichever one samples. The endpoint must serve the very base weights the trainer loads:
+the first sync checks it, by comparing the endpoint's log-probabilities of a probe reply with
+the policy's (a different model or checkpoint fails the job; precision noise is logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import torch
+
+from shared.errors import ConfigError
+from shared.llm.client import LLMClient, LLMError, LLMRequestError
+from shared.llm.openai_types import CompletionRequest
+from shared.logging import get_logger
+
+if TYPE_CHECKING:
+    from services.train.grpo import GRPOSettings, Policy
+
+log = get_logger(__name__)
+T = TypeVar("T")
+MAX_SEED = 2**62
+PROBE = "Say hello in one short sentence."
+DRIFT_WARN = 0.1
+DRIFT_FAIL = 1.0
+"""Mean absolute log-probability gap (nats per token) between endpoint and policy on the probe
+reply: above the first, a warning (precision, kernels); above the second, not the same model."""
+
+
+class Sampler(Protocol):
+    def sync(self, policy: Policy, step: int) -> None:
+        """Sample from `policy`'s current weights from now on (`step`: optimizer steps taken)."""
+        ...
+
+    def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
+        """One sampled completion per prompt (token ids, through `<|im_end|>` when it ended)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalSampler:
+    """Generation by the policy in this process: one batched, left-padded `generate`."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    def sync(self, policy: Policy, step: int) -> None:
+        self.policy = policy
+
+    @torch.no_grad()
+    def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
+        p = self.policy
+        p.model.eval()
+        width = max(len(x) for x in prompts)
+        ids = torch.full((len(prompts), width), p.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: generation continues every row
+            ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            mask[row, width - len(prompt) :] = 1
+        torch.manual_seed(seed)
+        out = p.model.generate(
+            input_ids=ids.to(p.device),
+            attention_mask=mask.to(p.device),
+            do_sample=True,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=0,
+            max_new_tokens=s.max_new_tokens,
+            eos_token_id=p.end_id,
+            pad_token_id=p.pad_id,
+        )
+        return [_through_end(row, p.end_id) for row in out[:, width:].tolist()]
+
+    def close(self) -> None:
+        pass
+
+
+class EndpointSampler:
+    """Generation by an inference endpoint that is sent the policy's adapter after every step.
+
+    Runs on the training thread; its HTTP calls run on `loop` (the service's event loop, which
+    must not be this thread's). Adapters live under `directory`, which the endpoint must be
+    able to read at the same path (a shared volume in compose), and are named
+    `<prefix>-s<step>`: a job's prefix is its own, so a resumed job unloads whatever a lost
+    worker left loaded under it."""
+
+    def __init__(
+        self,
+        client: LLMClient,
+        loop: asyncio.AbstractEventLoop,
+        directory: Path,
+        prefix: str,
+        end_id: int,
+    ) -> None:
+        self.client = client
+        self.loop = loop
+        self.directory = directory
+        self.prefix = prefix
+        self.end_id = end_id
+        self.name: str | None = None
+        self.drift: float | None = None
+        """What the first sync's check measured (nats per token)."""
+
+    def sync(self, policy: Policy, step: int) -> None:
+        name = f"{self.prefix}-s{step}"
+        path = self.directory / f"s{step}"
+        shutil.rmtree(path, ignore_errors=True)
+        policy.model.save_pretrained(path)
+        self._run(self._swap(name, path))
+        for old in self.directory.iterdir():
+            if old != path:
+                shutil.rmtree(old, ignore_errors=True)
+        first = self.name is None
+        self.name = name
+        if first:
+            self.drift = self.check(policy)
+
+    def check(self, policy: Policy) -> float:
+        """The mean |log p| gap per token between the endpoint (serving the adapter just
+        synced) and the policy, on a greedy reply to a probe; a gap that says the endpoint
+        serves another model is a `ConfigError`."""
+        from services.train.grpo import Turn
+        from shared.envs.protocol import Message
+        from shared.llm.openai_types import ChatRequest
+
+        probe = ChatRequest(model="probe", messages=[Message(role="user", content=PROBE)])
+        prompt, _ = policy.builder.build(probe)
+        request = CompletionRequest(
+            model=self.name or "",
+            prompt=prompt,
+            max_tokens=16,
+            temperature=0.0,
+            logprobs=0,
+            return_token_ids=True,
+        )
+        choice = self._run(self.client.complete(request)).choices[0]
+        if not choice.token_ids or choice.logprobs is None:
+            raise ConfigError(
+                "the inference endpoint returned no token ids or log-probabilities: training "
+                "through an endpoint needs `return_token_ids` and `logprobs` on /v1/completions "
+                "(vLLM 0.10.2 or later, or retrace serve-model)"
+            )
+        served = torch.tensor(choice.logprobs.token_logprobs[: len(choice.token_ids)])
+        with torch.no_grad():
+            ours = policy.completion_logprobs(Turn(prompt, choice.token_ids), 1.0).cpu()
+        drift = float((ours[: len(served)] - served).abs().mean())
+        if drift > DRIFT_FAIL:
+            raise ConfigError(
+                f"the inference endpoint does not serve the weights being trained: its "
+                f"log-probabilities differ from the policy's by {drift:.2f} nats per token "
+                f"(at most {DRIFT_FAIL} expected); point it at the same model files"
+            )
+        if drift > DRIFT_WARN:
+            log.warning("endpoint and policy disagree beyond precision noise", drift=drift)
+        else:
+            log.info("endpoint serves the policy's weights", drift=round(drift, 6))
+        return drift
+
+    async def _swap(self, name: str, path: Path) -> None:
+        stale = [m for m in await self.client.models() if m.startswith(self.prefix + "-")]
+        for old in stale:
+            await self.client.unload_adapter(old)
+        await self.client.load_adapter(name, str(path))
+        if stale:
+            log.debug("training adapters swapped", loaded=name, unloaded=stale)
+
+    def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
+        if self.name is None:
+            raise RuntimeError("EndpointSampler.sample before sync: no adapter is loaded")
+        requests = [
+            CompletionRequest(
+                model=self.name,
+                prompt=list(prompt),
+                max_tokens=s.max_new_tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                seed=(seed * 1009 + i) % MAX_SEED,
+                stop_token_ids=[self.end_id],
+                return_token_ids=True,
+            )
+            for i, prompt in enumerate(prompts)
+        ]
+
+        async def all_of() -> list[Any]:
+            return list(await asyncio.gather(*(self.client.complete(r) for r in requests)))
+
+        completions: list[list[int]] = []
+        for response in self._run(all_of()):
+            ids = response.choices[0].token_ids if response.choices else None
+            if ids is None:
+                raise ConfigError(
+                    "the inference endpoint returned no token ids: training through an "
+                    "endpoint needs `return_token_ids` on /v1/completions (vLLM 0.10.2 or "
+                    "later, or retrace serve-model)"
+                )
+            completions.append(_through_end(ids, self.end_id))
+        return completions
+
+    def close(self) -> None:
+        """Unload this job's adapters from the endpoint and delete their files."""
+        try:
+            self._run(self._unload_all())
+        except (LLMError, LLMRequestError, OSError, RuntimeError, TimeoutError) as exc:
+            log.warning("training adapters not unloaded", prefix=self.prefix, error=str(exc))
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.name = None
+
+    async def _unload_all(self) -> None:
+        for name in await self.client.models():
+            if name.startswith(self.prefix + "-"):
+                await self.client.unload_adapter(name)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            coro.close()
+            raise RuntimeError("EndpointSampler blocks: call it from a thread, not its loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+def _through_end(ids: list[int], end_id: int) -> list[int]:
+    return ids[: ids.index(end_id) + 1] if end_id in ids else ids
