@@ -124,7 +124,13 @@ class TrainHandlers:
             asyncio.run_coroutine_threadsafe(self._progress(ctx, job.id, progress), loop)
 
         try:
-            progress, policy = await asyncio.to_thread(
+            sampler = self._sampler(ctx.tenant, job.id, loop)
+        except ConfigError as exc:
+            lease.cancel()
+            self._failed(ctx, job, f"training could not run: {exc}")
+            return
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
                 self._train,
                 agent.model,
                 env,
@@ -134,10 +140,16 @@ class TrainHandlers:
                 Checkpoints(checkpoint),
                 on_step,
                 stop,
-                self._sampler(ctx.tenant, job.id, loop),
+                sampler,
             )
+        )
+        try:
+            progress, policy = await asyncio.shield(work)
         except asyncio.CancelledError:
-            stop.set()  # the thread ends after its current step, checkpointed
+            stop.set()  # the thread ends after its current step, checkpointed; wait for it
+            await asyncio.wait([work])  # here, while the endpoint client still works
+            if not work.cancelled():
+                work.exception()  # retrieved: the job is handed back either way
             raise
         except (ConfigError, PermanentError, ValueError) as exc:
             # a model that cannot load, an environment without train tasks: no retry helps

@@ -17,7 +17,9 @@ the policy's (a different model or checkpoint fails the job; precision noise is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+import uuid
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -26,7 +28,7 @@ import torch
 
 from shared.errors import ConfigError
 from shared.llm.client import LLMClient, LLMError, LLMRequestError
-from shared.llm.openai_types import CompletionRequest
+from shared.llm.openai_types import CompletionRequest, CompletionResponse
 from shared.logging import get_logger
 
 if TYPE_CHECKING:
@@ -95,39 +97,53 @@ class EndpointSampler:
     """Generation by an inference endpoint that is sent the policy's adapter after every step.
 
     Runs on the training thread; its HTTP calls run on `loop` (the service's event loop, which
-    must not be this thread's). Adapters live under `directory`, which the endpoint must be
-    able to read at the same path (a shared volume in compose), and are named
-    `<prefix>-s<step>`: a job's prefix is its own, so a resumed job unloads whatever a lost
-    worker left loaded under it."""
+    must not be this thread's). Adapters are saved under `directory` (the job's), which the
+    endpoint must read at the same path (a shared volume in compose), and loaded as
+    `<job>-<run>-s<step>`: `run` is this sampler's own, so whatever another run of the same
+    job does (a lost worker's leftovers, a superseded run still finishing its step) never
+    touches this one's adapters, and this one's first sync unloads the others'."""
 
     def __init__(
         self,
         client: LLMClient,
         loop: asyncio.AbstractEventLoop,
         directory: Path,
-        prefix: str,
+        job: str,
         end_id: int,
+        *,
+        timeout_s: float = 3600.0,
     ) -> None:
         self.client = client
         self.loop = loop
+        self.job = job
+        self.run = uuid.uuid4().hex[:8]
+        self.prefix = f"{job}-{self.run}"
         self.directory = directory
-        self.prefix = prefix
         self.end_id = end_id
+        self.timeout_s = timeout_s
+        """The longest one call may take (the client's retries included) before it is
+        abandoned as a retryable error."""
         self.name: str | None = None
+        self.path: Path | None = None
         self.drift: float | None = None
         """What the first sync's check measured (nats per token)."""
+        self._reload = asyncio.Lock()
 
     def sync(self, policy: Policy, step: int) -> None:
         name = f"{self.prefix}-s{step}"
-        path = self.directory / f"s{step}"
+        path = self.directory / self.run / f"s{step}"
         shutil.rmtree(path, ignore_errors=True)
         policy.model.save_pretrained(path)
-        self._run(self._swap(name, path))
-        for old in self.directory.iterdir():
-            if old != path:
-                shutil.rmtree(old, ignore_errors=True)
         first = self.name is None
-        self.name = name
+        self._run(self._swap(name, path, others=first))
+        if first:  # other runs of this job: a lost worker's leftovers
+            for other in self.directory.iterdir():
+                if other != path.parent:
+                    shutil.rmtree(other, ignore_errors=True)
+        for earlier in path.parent.iterdir():
+            if earlier != path:
+                shutil.rmtree(earlier, ignore_errors=True)
+        self.name, self.path = name, path
         if first:
             self.drift = self.check(policy)
 
@@ -172,13 +188,30 @@ class EndpointSampler:
             log.info("endpoint serves the policy's weights", drift=round(drift, 6))
         return drift
 
-    async def _swap(self, name: str, path: Path) -> None:
-        stale = [m for m in await self.client.models() if m.startswith(self.prefix + "-")]
+    async def _swap(self, name: str, path: Path, *, others: bool) -> None:
+        """Load `name`; unload this run's earlier adapters, and other runs' when `others`."""
+        owner = self.job + "-" if others else self.prefix + "-"
+        stale = [m for m in await self.client.models() if m.startswith(owner)]
         for old in stale:
-            await self.client.unload_adapter(old)
-        await self.client.load_adapter(name, str(path))
+            await self._unload(old)
+        await self._load(name, path)
         if stale:
             log.debug("training adapters swapped", loaded=name, unloaded=stale)
+
+    async def _load(self, name: str, path: Path) -> None:
+        try:
+            await self.client.load_adapter(name, str(path))
+        except LLMRequestError as exc:
+            # a retried load whose first attempt did land: the adapter is there
+            if "already" not in str(exc).lower() or name not in await self.client.models():
+                raise
+
+    async def _unload(self, name: str) -> None:
+        try:
+            await self.client.unload_adapter(name)
+        except LLMRequestError as exc:
+            if "HTTP 404" not in str(exc):  # already gone: what we wanted
+                raise
 
     def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
         if self.name is None:
@@ -190,6 +223,11 @@ class EndpointSampler:
                 max_tokens=s.max_new_tokens,
                 temperature=s.temperature,
                 top_p=s.top_p,
+                # what the local sampler does; vLLM would otherwise fill these from the
+                # model's generation_config (e.g. top_k 20), sampling off-policy
+                top_k=-1,
+                min_p=0.0,
+                repetition_penalty=1.0,
                 seed=(seed * 1009 + i) % MAX_SEED,
                 stop_token_ids=[self.end_id],
                 return_token_ids=True,
@@ -197,8 +235,13 @@ class EndpointSampler:
             for i, prompt in enumerate(prompts)
         ]
 
-        async def all_of() -> list[Any]:
-            return list(await asyncio.gather(*(self.client.complete(r) for r in requests)))
+        async def all_of() -> list[CompletionResponse]:
+            try:
+                async with asyncio.TaskGroup() as group:  # one fails: the others are cancelled
+                    tasks = [group.create_task(self._complete(r)) for r in requests]
+            except ExceptionGroup as failed:
+                raise failed.exceptions[0] from None
+            return [t.result() for t in tasks]
 
         completions: list[list[int]] = []
         for response in self._run(all_of()):
@@ -212,19 +255,34 @@ class EndpointSampler:
             completions.append(_through_end(ids, self.end_id))
         return completions
 
+    async def _complete(self, request: CompletionRequest) -> CompletionResponse:
+        """One completion; an endpoint that lost the adapter (it restarted) is sent it again."""
+        try:
+            return await self.client.complete(request)
+        except LLMRequestError as exc:
+            if "HTTP 404" not in str(exc) or self.path is None:
+                raise
+            async with self._reload:
+                if request.model not in await self.client.models():
+                    log.warning("the endpoint lost the training adapter; loading it again")
+                    await self._load(request.model, self.path)
+            return await self.client.complete(request)
+
     def close(self) -> None:
-        """Unload this job's adapters from the endpoint and delete their files."""
+        """Unload this run's adapters from the endpoint and delete their files."""
         try:
             self._run(self._unload_all())
         except (LLMError, LLMRequestError, OSError, RuntimeError, TimeoutError) as exc:
             log.warning("training adapters not unloaded", prefix=self.prefix, error=str(exc))
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self.name = None
+        shutil.rmtree(self.directory / self.run, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # the job's directory, once no run is left in it
+        self.name = self.path = None
 
     async def _unload_all(self) -> None:
         for name in await self.client.models():
             if name.startswith(self.prefix + "-"):
-                await self.client.unload_adapter(name)
+                await self._unload(name)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
@@ -234,7 +292,14 @@ class EndpointSampler:
         if running is self.loop:
             coro.close()
             raise RuntimeError("EndpointSampler blocks: call it from a thread, not its loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise LLMError(
+                f"the inference endpoint did not answer within {self.timeout_s:.0f} s"
+            ) from None
 
 
 def _through_end(ids: list[int], end_id: int) -> list[int]:

@@ -159,8 +159,6 @@ def train(
             )
         stats = policy_step(policy, optimizer, groups, s)
         progress.step += 1
-        if progress.step < steps:
-            sampler.sync(policy, progress.step)
         progress.rollouts += stats.rollouts
         wall = time.perf_counter() - started
         progress.wall_s += wall
@@ -179,6 +177,8 @@ def train(
         )
         if progress.step % checkpoint_every == 0 or progress.step == steps:
             checkpoints.save(policy, optimizer, progress)
+        if progress.step < steps and not should_stop():  # after the checkpoint: a failed
+            sampler.sync(policy, progress.step)  # sync must not lose the step
         if on_step is not None:
             on_step(progress, stats)
     return progress

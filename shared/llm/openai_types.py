@@ -93,6 +93,11 @@ class CompletionRequest(msgspec.Struct, kw_only=True, frozen=True, omit_defaults
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int | None = None
+    """vLLM extension (-1 or 0: off). Unset: the server's default, which vLLM takes from the
+    model's generation config."""
+    min_p: float | None = None
+    repetition_penalty: float | None = None
     n: int = 1
     seed: int | None = None
     stop: str | list[str] | None = None
@@ -114,7 +119,8 @@ class CompletionLogprobs(msgspec.Struct, kw_only=True, frozen=True):
 class CompletionChoice(msgspec.Struct, kw_only=True, frozen=True):
     index: int
     text: str
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: str | None
+    """stop | length, or a server's own (vLLM: abort, error)"""
     logprobs: CompletionLogprobs | None = None
     token_ids: list[int] | None = None
 

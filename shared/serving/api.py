@@ -289,6 +289,15 @@ class ModelServer:
         prompt_ids = self._prompt_ids(req.prompt)
         stop_ids = tuple(req.stop_token_ids or ())
         self._check_ids(list(stop_ids), "stop_token_ids")
+        for name, value, neutral in (
+            ("top_k", req.top_k, (-1, 0)),
+            ("min_p", req.min_p, (0.0,)),
+            ("repetition_penalty", req.repetition_penalty, (1.0,)),
+        ):
+            if value is not None and value not in neutral:
+                raise ApiError(
+                    400, f"serve-model samples without {name}: leave it unset or {neutral[0]}"
+                )
         if req.logprobs is not None and req.logprobs < 0:
             raise ApiError(400, "logprobs must be between 0 and 20")
         params = _sampling(
@@ -437,7 +446,7 @@ def _completion_choice(index: int, out: Output, req: CompletionRequest) -> Compl
     return CompletionChoice(
         index=index,
         text=out.text,
-        finish_reason=out.finish_reason,  # type: ignore[arg-type]
+        finish_reason=out.finish_reason,
         logprobs=logprobs,
         token_ids=ids if req.return_token_ids else None,
     )

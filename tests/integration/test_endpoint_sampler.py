@@ -93,8 +93,8 @@ async def test_the_endpoint_samples_from_the_policy_s_current_weights(
     assert sampler.drift is not None and sampler.drift < 1e-4  # the first sync checks it
     perturbed(policy, seed=1)  # a step
     await asyncio.to_thread(sampler.sync, policy, 1)
-    assert await ours(llm, "train-a") == ["train-a-s1"]
-    assert [p.name for p in (tmp_path / "live").iterdir()] == ["s1"]
+    assert await ours(llm, "train-a") == [f"train-a-{sampler.run}-s1"]
+    assert [p.name for p in (tmp_path / "live" / sampler.run).iterdir()] == ["s1"]
 
     request = ChatRequest(model="policy", messages=[Message(role="user", content="Hi there.")])
     prompt, _ = policy.builder.build(request)
@@ -106,7 +106,7 @@ async def test_the_endpoint_samples_from_the_policy_s_current_weights(
 
     response = await llm.complete(
         CompletionRequest(
-            model="train-a-s1",
+            model=f"train-a-{sampler.run}-s1",
             prompt=prompt,
             max_tokens=12,
             seed=7,
@@ -145,23 +145,44 @@ async def test_an_endpoint_serving_other_weights_fails_the_first_sync(
     assert await ours(llm, "train-d") == []
 
 
-async def test_a_resumed_job_unloads_what_a_lost_worker_left(
+async def test_runs_of_one_job_never_touch_each_other_s_adapters(
     llm: LLMClient, tiny_model: Path, tmp_path: Path
 ) -> None:
+    """A resumed job unloads what a lost worker left; a superseded run that finishes its
+    step afterwards (and closes) leaves the new run's adapter alone; so does everyone else's."""
     policy = lora_policy(str(tiny_model), RUN)
     kept = tmp_path / "kept"
     policy.model.save_pretrained(kept)
     await llm.load_adapter("someone-else", str(kept))
     lost = sampler_for(llm, tmp_path / "live", "train-b", policy)
     await asyncio.to_thread(lost.sync, policy, 3)
-    await asyncio.to_thread(lost.sync, policy, 4)  # then that worker dies without closing
+    await asyncio.to_thread(lost.sync, policy, 4)  # then that worker is lost
     taker = sampler_for(llm, tmp_path / "live", "train-b", policy)
     await asyncio.to_thread(taker.sync, policy, 3)  # resumes from the step-3 checkpoint
-    assert await ours(llm, "train-b") == ["train-b-s3"]
+    assert await ours(llm, "train-b") == [f"train-b-{taker.run}-s3"]
+    assert [p.name for p in (tmp_path / "live").iterdir()] == [taker.run]
+    await asyncio.to_thread(lost.close)  # the superseded run ends after all
+    assert await ours(llm, "train-b") == [f"train-b-{taker.run}-s3"]
     await asyncio.to_thread(taker.close)
-    assert await ours(llm, "train-b") == []
+    assert await ours(llm, "train-b") == [] and not (tmp_path / "live").exists()
     assert "someone-else" in await llm.models()
     await llm.unload_adapter("someone-else")
+
+
+async def test_an_endpoint_that_lost_the_adapter_is_sent_it_again(
+    llm: LLMClient, tiny_model: Path, tmp_path: Path
+) -> None:
+    policy = lora_policy(str(tiny_model), RUN)
+    sampler = sampler_for(llm, tmp_path / "live", "train-e", policy)
+    await asyncio.to_thread(sampler.sync, policy, 0)
+    request = ChatRequest(model="policy", messages=[Message(role="user", content="Hi there.")])
+    prompt, _ = policy.builder.build(request)
+    [before] = await asyncio.to_thread(sampler.sample, [prompt], RUN, 5)
+    await llm.unload_adapter(f"train-e-{sampler.run}-s0")  # as if the endpoint restarted
+    completions = await asyncio.to_thread(sampler.sample, [prompt, prompt], RUN, 5)
+    assert completions[0] == before
+    assert await ours(llm, "train-e") == [f"train-e-{sampler.run}-s0"]
+    await asyncio.to_thread(sampler.close)
 
 
 async def test_a_run_through_the_endpoint_learns_and_resumes_exactly(

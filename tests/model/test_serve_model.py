@@ -136,6 +136,13 @@ async def test_bad_completion_requests_get_clear_errors(client: TestClient) -> N
     assert "stream" in message(await complete(client, {"prompt": [1, 2], "stream": True}, 400))
     assert "not found" in message(await complete(client, {"prompt": [1], "model": "nope"}, 404))
     assert "n must be" in message(await complete(client, {"prompt": [1], "n": 0}, 400))
+    # knobs serve-model does not implement are refused unless they ask for nothing
+    assert "top_k" in message(await complete(client, {"prompt": [1], "top_k": 20}, 400))
+    assert "repetition_penalty" in message(
+        await complete(client, {"prompt": [1], "repetition_penalty": 1.1}, 400)
+    )
+    neutral = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "max_tokens": 2}
+    await complete(client, {"prompt": [1], **neutral})
     assert "invalid request" in message(await complete(client, {"prompt": [1, "x"]}, 400))
     assert "context window" in message(
         await complete(client, {"prompt": [1], "max_tokens": 10_000_000}, 400)
