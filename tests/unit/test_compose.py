@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import http.server
+import importlib
 import json
 import os
 import re
@@ -313,8 +314,29 @@ def test_every_retrace_variable_is_a_real_setting(services: dict[str, dict[str, 
         for field in msgspec.structs.fields(block.type):
             known.add(f"RETRACE_{block.name}_{field.name}".upper())
     for name, svc in services.items():
-        unknown = {k for k in _env(svc) if k.startswith("RETRACE_")} - known
+        unknown = {k for k in _env(svc) if k.startswith("RETRACE_")} - known - _own(_runs(svc))
         assert not unknown, f"{name} sets variables no service reads: {sorted(unknown)}"
+
+
+def _own(service: str | None) -> set[str]:
+    """`RETRACE_<SERVICE>_<FIELD>` for the settings only `service` reads (its config class)."""
+    if service is None:
+        return set()
+    module = importlib.import_module(f"services.{service}.config")
+    own: set[str] = set()
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, ServiceConfig)
+            and value is not ServiceConfig
+        ):
+            shared = {f.name for f in msgspec.structs.fields(ServiceConfig)}
+            own |= {
+                f"RETRACE_{service}_{f.name}".upper()
+                for f in msgspec.structs.fields(value)
+                if f.name not in shared
+            }
+    return own
 
 
 def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:
