@@ -171,9 +171,15 @@ class Service:
         return runner
 
     async def _drain(self, pullers: list[asyncio.Task[None]]) -> None:
-        for task in pullers:
-            task.cancel()
-        await asyncio.gather(*pullers, return_exceptions=True)
+        # A puller inside a fetch may already hold messages the server counts as delivered:
+        # cancelled there, it would drop them until their ack timeout. Its loop ends on
+        # `_stopping`, so let the fetch return (it hands them to handlers), then cancel the rest
+        # (a puller waiting for a free slot holds nothing).
+        if pullers:
+            _, waiting = await asyncio.wait(pullers, timeout=self.cfg.consumer.fetch_timeout + 1)
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*pullers, return_exceptions=True)
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=self.cfg.consumer.shutdown_grace)
             for task in pending:
