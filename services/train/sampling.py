@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
+from shared.envs.protocol import Message
 from shared.errors import ConfigError
 from shared.llm.client import LLMClient, LLMError, LLMRequestError
-from shared.llm.openai_types import CompletionRequest, CompletionResponse
+from shared.llm.openai_types import ChatRequest, CompletionRequest, CompletionResponse
 from shared.logging import get_logger
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ log = get_logger(__name__)
 T = TypeVar("T")
 MAX_SEED = 2**62
 PROBE = "Say hello in one short sentence."
+NEEDS = (
+    "the inference endpoint must give `return_token_ids` and `logprobs` on /v1/completions to "
+    "train through it (vLLM 0.10.2 or later, or retrace serve-model)"
+)
 DRIFT_WARN = 0.1
 DRIFT_FAIL = 1.0
 """Mean absolute log-probability gap (nats per token) between endpoint and policy on the probe
@@ -151,9 +156,7 @@ class EndpointSampler:
         """The mean |log p| gap per token between the endpoint (serving the adapter just
         synced) and the policy, on a greedy reply to a probe; a gap that says the endpoint
         serves another model is a `ConfigError`."""
-        from services.train.grpo import Turn
-        from shared.envs.protocol import Message
-        from shared.llm.openai_types import ChatRequest
+        from services.train.grpo import Turn  # grpo imports this module
 
         probe = ChatRequest(model="probe", messages=[Message(role="user", content=PROBE)])
         prompt, _ = policy.builder.build(probe)
@@ -167,11 +170,7 @@ class EndpointSampler:
         )
         choice = self._run(self.client.complete(request)).choices[0]
         if not choice.token_ids or choice.logprobs is None:
-            raise ConfigError(
-                "the inference endpoint returned no token ids or log-probabilities: training "
-                "through an endpoint needs `return_token_ids` and `logprobs` on /v1/completions "
-                "(vLLM 0.10.2 or later, or retrace serve-model)"
-            )
+            raise ConfigError(f"no token ids or log-probabilities: {NEEDS}")
         served = torch.tensor(choice.logprobs.token_logprobs[: len(choice.token_ids)])
         with torch.no_grad():
             ours = policy.completion_logprobs(Turn(prompt, choice.token_ids), 1.0).cpu()
@@ -190,10 +189,7 @@ class EndpointSampler:
 
     async def _swap(self, name: str, path: Path, *, others: bool) -> None:
         """Load `name`; unload this run's earlier adapters, and other runs' when `others`."""
-        owner = self.job + "-" if others else self.prefix + "-"
-        stale = [m for m in await self.client.models() if m.startswith(owner)]
-        for old in stale:
-            await self._unload(old)
+        stale = await self._unload_under(self.job if others else self.prefix)
         await self._load(name, path)
         if stale:
             log.debug("training adapters swapped", loaded=name, unloaded=stale)
@@ -247,11 +243,7 @@ class EndpointSampler:
         for response in self._run(all_of()):
             ids = response.choices[0].token_ids if response.choices else None
             if ids is None:
-                raise ConfigError(
-                    "the inference endpoint returned no token ids: training through an "
-                    "endpoint needs `return_token_ids` on /v1/completions (vLLM 0.10.2 or "
-                    "later, or retrace serve-model)"
-                )
+                raise ConfigError(f"no token ids: {NEEDS}")
             completions.append(_through_end(ids, self.end_id))
         return completions
 
@@ -271,7 +263,7 @@ class EndpointSampler:
     def close(self) -> None:
         """Unload this run's adapters from the endpoint and delete their files."""
         try:
-            self._run(self._unload_all())
+            self._run(self._unload_under(self.prefix))
         except (LLMError, LLMRequestError, OSError, RuntimeError, TimeoutError) as exc:
             log.warning("training adapters not unloaded", prefix=self.prefix, error=str(exc))
         shutil.rmtree(self.directory / self.run, ignore_errors=True)
@@ -279,10 +271,12 @@ class EndpointSampler:
             self.directory.rmdir()  # the job's directory, once no run is left in it
         self.name = self.path = None
 
-    async def _unload_all(self) -> None:
-        for name in await self.client.models():
-            if name.startswith(self.prefix + "-"):
-                await self._unload(name)
+    async def _unload_under(self, prefix: str) -> list[str]:
+        """Unload every adapter named `<prefix>-...`; their names."""
+        names = [m for m in await self.client.models() if m.startswith(prefix + "-")]
+        for name in names:
+            await self._unload(name)
+        return names
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         try:

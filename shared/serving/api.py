@@ -138,12 +138,7 @@ class ModelServer:
         adapter = self._adapter_for(req.model)
         params = self._params(req)
         prompt_ids, prefix, shared = self.prompts.build_with_prefix(req)
-        if len(prompt_ids) + params.max_tokens > self.max_context:
-            raise ApiError(
-                400,
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
-                f"exceeds the context window of {self.max_context}",
-            )
+        self._check_fits(prompt_ids, params)
         if req.stream:
             return await self._stream(request, req, prompt_ids, prefix, params, adapter, shared)
         outputs = await self.engine.generate(
@@ -311,12 +306,7 @@ class ModelServer:
             top_logprobs=req.logprobs or 0,
             stop_token_ids=stop_ids,
         )
-        if len(prompt_ids) + params.max_tokens > self.max_context:
-            raise ApiError(
-                400,
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
-                f"exceeds the context window of {self.max_context}",
-            )
+        self._check_fits(prompt_ids, params)
         outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
         self._count(req.model, "ok")
         choices = [_completion_choice(i, o, req) for i, o in enumerate(outputs)]
@@ -343,6 +333,14 @@ class ModelServer:
         if not ids:
             raise ApiError(400, "prompt must not be empty")
         return ids
+
+    def _check_fits(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        if len(prompt_ids) + params.max_tokens > self.max_context:
+            raise ApiError(
+                400,
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
+                f"exceeds the context window of {self.max_context}",
+            )
 
     def _check_ids(self, ids: list[int], what: str) -> None:
         bad = next((t for t in ids if not 0 <= t < self.vocab), None)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 torch = pytest.importorskip("torch", reason="training needs the train extra")
 
@@ -30,6 +29,7 @@ from shared.llm.openai_types import ChatRequest, CompletionRequest  # noqa: E402
 from shared.serving.engine import Engine  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
 from tests.support.length_env import LengthEnvironment  # noqa: E402
+from tests.support.served import client_on  # noqa: E402
 from tests.support.tiny_model import save_tiny_model, smollm2_tokenizer, tiny_llama  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -55,11 +55,8 @@ def served(tiny_model: Path) -> Iterator[tuple[Any, Engine]]:
 @pytest.fixture
 async def llm(served: tuple[Any, Engine]) -> AsyncIterator[LLMClient]:
     server, _ = served
-    test_server = TestServer(server.app())
-    await test_server.start_server()
-    async with LLMClient(f"http://127.0.0.1:{test_server.port}") as client:
+    async with client_on(server.app()) as client:
         yield client
-    await test_server.close()
 
 
 def sampler_for(llm: LLMClient, directory: Path, prefix: str, policy: Policy) -> EndpointSampler:
@@ -74,6 +71,12 @@ def perturbed(policy: Policy, seed: int) -> Policy:
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
     return policy
+
+
+def greeting(policy: Policy) -> list[int]:
+    """The prompt tokens of a one-line user turn, as the training loop renders them."""
+    request = ChatRequest(model="policy", messages=[Message(role="user", content="Hi there.")])
+    return policy.builder.build(request)[0]
 
 
 def adapter_weights(policy: Policy) -> list[Any]:
@@ -96,8 +99,7 @@ async def test_the_endpoint_samples_from_the_policy_s_current_weights(
     assert await ours(llm, "train-a") == [f"train-a-{sampler.run}-s1"]
     assert [p.name for p in (tmp_path / "live" / sampler.run).iterdir()] == ["s1"]
 
-    request = ChatRequest(model="policy", messages=[Message(role="user", content="Hi there.")])
-    prompt, _ = policy.builder.build(request)
+    prompt = greeting(policy)
     [first] = await asyncio.to_thread(sampler.sample, [prompt], RUN, 5)
     [again] = await asyncio.to_thread(sampler.sample, [prompt], RUN, 5)
     [other] = await asyncio.to_thread(sampler.sample, [prompt], RUN, 6)
@@ -175,8 +177,7 @@ async def test_an_endpoint_that_lost_the_adapter_is_sent_it_again(
     policy = lora_policy(str(tiny_model), RUN)
     sampler = sampler_for(llm, tmp_path / "live", "train-e", policy)
     await asyncio.to_thread(sampler.sync, policy, 0)
-    request = ChatRequest(model="policy", messages=[Message(role="user", content="Hi there.")])
-    prompt, _ = policy.builder.build(request)
+    prompt = greeting(policy)
     [before] = await asyncio.to_thread(sampler.sample, [prompt], RUN, 5)
     await llm.unload_adapter(f"train-e-{sampler.run}-s0")  # as if the endpoint restarted
     completions = await asyncio.to_thread(sampler.sample, [prompt, prompt], RUN, 5)

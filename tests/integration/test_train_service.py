@@ -36,18 +36,29 @@ from shared.store.models import Adapter, Capability, Environment, TrainingJob  #
 from shared.store.tenants import create_tenant  # noqa: E402
 from tests.integration.test_delivery import dead_letters, eventually, healthy  # noqa: E402
 from tests.support.fake_chat import FakeJudge, script  # noqa: E402
-from tests.support.tiny_model import smollm2_tokenizer, tiny_llama  # noqa: E402
+from tests.support.tiny_model import save_tiny_model  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tokenizer = smollm2_tokenizer()
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_llama(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return Path(save_tiny_model(tmp_path_factory.mktemp("tiny-model")))
+
+
+async def alarm_environment(session: Any, capability_id: uuid.UUID | None = None) -> Environment:
+    """The `valid_tool_arguments` synthetic environment over the alarm family, stored ready."""
+    env = Environment(
+        name="synthetic/valid_tool_arguments",
+        version=1,
+        kind="synthetic",
+        spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "valid_tool_arguments")),
+        status="ready",
+        capability_id=capability_id,
+    )
+    session.add(env)
+    await session.flush()
+    return env
 
 
 class FakeEndpoint:
@@ -73,7 +84,6 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
 ) -> None:
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
-    spec = family_spec("set_alarm_at_time", "valid_tool_arguments")
     async with store.tenant("acme") as session:
         agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
         capability = Capability(
@@ -81,16 +91,7 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
         )
         session.add(capability)
         await session.flush()
-        env = Environment(
-            name="synthetic/valid_tool_arguments",
-            version=1,
-            kind="synthetic",
-            spec=msgspec.to_builtins(spec),
-            status="ready",
-            capability_id=capability.id,
-        )
-        session.add(env)
-        await session.flush()
+        env = await alarm_environment(session, capability.id)
         # the config a cycle writes (agent id) must not be mistaken for training settings
         job = TrainingJob(
             environment_id=env.id, capability_id=capability.id, config={"agent_id": str(agent.id)}
@@ -183,15 +184,7 @@ async def test_a_job_sampled_by_the_endpoint_leaves_only_its_adapter_loaded(
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
         agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
-        env = Environment(
-            name="synthetic/valid_tool_arguments",
-            version=1,
-            kind="synthetic",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "valid_tool_arguments")),
-            status="ready",
-        )
-        session.add(env)
-        await session.flush()
+        env = await alarm_environment(session)
         job = TrainingJob(environment_id=env.id, config={"agent_id": str(agent.id)})
         session.add(job)
         await session.flush()
@@ -256,16 +249,7 @@ async def test_a_job_stopped_mid_training_resumes_on_another_worker(
         capability = Capability(agent_id=agent.id, name="valid_tool_arguments", definition="")
         session.add(capability)
         await session.flush()
-        env = Environment(
-            name="synthetic/valid_tool_arguments",
-            version=1,
-            kind="synthetic",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "valid_tool_arguments")),
-            status="ready",
-            capability_id=capability.id,
-        )
-        session.add(env)
-        await session.flush()
+        env = await alarm_environment(session, capability.id)
         job = TrainingJob(environment_id=env.id, capability_id=capability.id)
         session.add(job)
         await session.flush()

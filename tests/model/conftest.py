@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from shared.llm.client import LLMClient  # noqa: E402
 from shared.serving.engine import Engine  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
+from tests.support.served import client_on  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +41,8 @@ async def client(loaded: tuple[object, Engine]) -> AsyncIterator[TestClient]:
 async def llm(loaded: tuple[object, Engine]) -> AsyncIterator[LLMClient]:
     """An LLM client on the real server (a real port, as the services use it)."""
     server, _ = loaded
-    test_server = TestServer(server.app())  # type: ignore[attr-defined]
-    await test_server.start_server()
-    async with LLMClient(f"http://127.0.0.1:{test_server.port}") as client:
+    async with client_on(server.app()) as client:  # type: ignore[attr-defined]
         yield client
-    await test_server.close()
 
 
 @pytest.fixture(scope="session")
