@@ -18,7 +18,7 @@ from shared.llm.openai_types import (
     CompletionResponse,
     ResponseMessage,
 )
-from shared.llm.tool_format import OPEN, parse_reply
+from shared.llm.tool_format import offered_tools, parse_reply
 from shared.retry import RetryPolicy, with_retry
 
 
@@ -90,7 +90,7 @@ class LLMClient:
             response = msgspec.json.decode(raw, type=ChatResponse)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise LLMError(f"unreadable chat response: {exc}") from exc
-        return _normalise(response, bool(request.tools))
+        return _normalise(response, offered_tools(request))
 
     async def complete(self, request: CompletionRequest) -> CompletionResponse:
         """One plain completion (a prompt of text or of token ids)."""
@@ -135,17 +135,18 @@ def _error_text(data: bytes) -> str:
         return data[:500].decode("utf-8", errors="replace")
 
 
-def _normalise(response: ChatResponse, tools: bool) -> ChatResponse:
-    """Backends without a tool parser (or with one that gave up) return `<tool_call>` text."""
+def _normalise(response: ChatResponse, tools: tuple[str, ...]) -> ChatResponse:
+    """Backends without a tool parser (or with one that gave up) return the calls as text:
+    tagged, fenced or bare (see tool_format)."""
     if not tools:
         return response
     choices = []
     for choice in response.choices:
         msg = choice.message
-        if msg.tool_calls or not msg.content or OPEN not in msg.content:
+        parsed = parse_reply(msg.content, tools) if msg.content and not msg.tool_calls else None
+        if parsed is None or parsed.form is None:
             choices.append(choice)
             continue
-        parsed = parse_reply(msg.content)
         calls = [
             ToolCall(
                 id=f"call_{choice.index}_{i}",
@@ -157,6 +158,7 @@ def _normalise(response: ChatResponse, tools: bool) -> ChatResponse:
             content=parsed.content,
             tool_calls=calls or None,
             tool_call_errors=[f"{m.error}: {m.raw[:500]}" for m in parsed.malformed] or None,
+            tool_call_format=parsed.form,
         )
         choices.append(
             Choice(

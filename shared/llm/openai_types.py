@@ -60,6 +60,8 @@ class ResponseMessage(msgspec.Struct, kw_only=True, frozen=True):
     tool_calls: list[ToolCall] | None = None
     tool_call_errors: list[str] | None = None
     """retrace extension: tool calls the model wrote but that could not be parsed, with why."""
+    tool_call_format: str | None = None
+    """retrace extension: how the calls were written (`tagged`, `fenced` or `bare`)."""
 
 
 class Choice(msgspec.Struct, kw_only=True, frozen=True):

@@ -41,7 +41,7 @@ from shared.llm.openai_types import (
     UnloadAdapterRequest,
     Usage,
 )
-from shared.llm.tool_format import parse_reply
+from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.serving.engine import Delta, Engine, Output
 from shared.serving.prompts import PromptBuilder
@@ -149,10 +149,7 @@ class ModelServer:
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=req.model,
-            choices=[
-                self._choice(i, o, prefix, bool(req.tools) and req.tool_choice != "none")
-                for i, o in enumerate(outputs)
-            ],
+            choices=[self._choice(i, o, prefix, offered_tools(req)) for i, o in enumerate(outputs)],
             usage=Usage(
                 prompt_tokens=len(prompt_ids),
                 completion_tokens=sum(len(o.token_ids) for o in outputs),
@@ -188,7 +185,7 @@ class ModelServer:
             top_logprobs=top,
         )
 
-    def _choice(self, index: int, out: Output, prefix: str, tools: bool) -> Choice:
+    def _choice(self, index: int, out: Output, prefix: str, tools: tuple[str, ...]) -> Choice:
         text = prefix + out.text
         message, finish = _message(text, tools)
         logprobs = None
@@ -221,7 +218,7 @@ class ModelServer:
         )
         await response.prepare(http)
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        tools = bool(req.tools) and req.tool_choice != "none"
+        tools = offered_tools(req)
         held: dict[int, str] = {}
         """Per choice: text held back because it may be the start of a tool call."""
         chunks: list[bytes] = []
@@ -487,11 +484,11 @@ def _sampling(
     )
 
 
-def _message(text: str, tools: bool) -> tuple[ResponseMessage, str | None]:
+def _message(text: str, tools: tuple[str, ...]) -> tuple[ResponseMessage, str | None]:
     """The assistant message for generated text; tool calls parsed when tools were offered."""
     if not tools:
         return ResponseMessage(content=text), None
-    parsed = parse_reply(text)
+    parsed = parse_reply(text, tools)
     calls = [
         ToolCall(
             id=f"call_{uuid.uuid4().hex[:24]}",
@@ -501,6 +498,9 @@ def _message(text: str, tools: bool) -> tuple[ResponseMessage, str | None]:
     ]
     errors = [f"{m.error}: {m.raw[:500]}" for m in parsed.malformed]
     message = ResponseMessage(
-        content=parsed.content, tool_calls=calls or None, tool_call_errors=errors or None
+        content=parsed.content,
+        tool_calls=calls or None,
+        tool_call_errors=errors or None,
+        tool_call_format=parsed.form,
     )
     return message, "tool_calls" if calls else None
