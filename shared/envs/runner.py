@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from shared.envs.guidance import hint_of, with_guidance
 from shared.envs.protocol import Environment, Message, Score, TaskSpec, advance, grade, start
 from shared.errors import PermanentError, RetryableError
 from shared.llm.client import LLMClient, LLMError, as_message
@@ -26,7 +27,8 @@ DEFAULT_SAMPLING = Sampling()
 class EpisodeResult:
     messages: list[dict[str, Any]]
     """The whole conversation, system prompt first; assistant turns may carry
-    `tool_call_errors` (calls the model wrote that could not be parsed)."""
+    `tool_call_errors` (calls the model wrote that could not be parsed) and
+    `tool_call_format` (how it wrote its calls: tagged, fenced or bare)."""
     score: Score
     tokens: int = 0
     latency_ms: float = 0.0
@@ -57,9 +59,13 @@ async def run_episode(
     agent_prompt: str = "",
     sampling: Sampling = DEFAULT_SAMPLING,
     max_turns: int = DEFAULT_MAX_TURNS,
+    hinted: bool = False,
 ) -> EpisodeResult:
+    """One episode; `hinted` appends the episode's hint, if it has one, to the system turn."""
     episode = await start(env, task, seed)
     system = "\n\n".join(p for p in (agent_prompt.strip(), episode.system_prompt.strip()) if p)
+    if hinted:
+        system = with_guidance(system, hint_of(episode))
     history: list[Message] = [Message(role="system", content=system), *episode.messages]
     record: list[dict[str, Any]] = [msgspec.to_builtins(m) for m in history]
     started = time.perf_counter()
@@ -97,6 +103,8 @@ async def run_episode(
         entry = msgspec.to_builtins(assistant)
         if reply.tool_call_errors:
             entry["tool_call_errors"] = list(reply.tool_call_errors)
+        if reply.tool_call_format:
+            entry["tool_call_format"] = reply.tool_call_format
         record.append(entry)
         try:
             result = await advance(episode, assistant)
