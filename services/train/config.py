@@ -27,6 +27,12 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] = 6
     temperature: Annotated[float, msgspec.Meta(gt=0, le=4)] = 1.0
     seed: int = 0
+    hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    """Share of each group sampled with the task's hint; unset: the share the synthetic
+    environment's calibration accepted (0 for targets, which have no hints)."""
+    hint_correction: Literal["none", "tis"] = "none"
+    """`none`: hinted rollouts trained as if unhinted (the paper); `tis`: truncated importance
+    weights unhinted / hinted on their tokens."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains; auto: the GPU when torch sees one."""
     generation: Literal["local", "endpoint"] = "local"

@@ -19,6 +19,14 @@ give a scripted user a turn. Our loop is short, so it is ours:
    the paper). Being on-policy (one update per batch) the importance ratio is 1, so this is
    the clipped objective's gradient.
 
+Hints (the paper's hint injection): when the episodes carry one (`shared/envs/guidance.py`),
+the first `hint_share` of each group's rollouts see it in their system turn. Each of their
+turns keeps two prompts: the hinted one it was sampled from, and the same conversation
+without the hint (`Turn.train_prompt_ids`), which is the only one the loss ever reads. As in
+the paper that makes hinted rollouts off-policy data trained as if on-policy; with
+`hint_correction="tis"` each of their tokens is weighted by the truncated ratio
+min(cap, p(token | unhinted) / p(token | hinted)) under the current weights, detached.
+
 Everything here is synchronous torch work; the train service runs it in a thread.
 """
 
@@ -26,17 +34,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import torch
 
 from services.train.sampling import LocalSampler, Sampler
+from shared.envs.guidance import hint_of, hinted_count, with_guidance
 from shared.envs.protocol import Environment, Message, TaskSpec, ToolCall, ToolCallFunction
 from shared.llm.openai_types import ChatRequest
-from shared.llm.tool_format import parse_reply
+from shared.llm.tool_format import parse_reply, tool_names
 from shared.serving.prompts import PromptBuilder
 
 END = "<|im_end|>"
@@ -65,6 +74,14 @@ class GRPOSettings:
     scale_rewards: bool = True
     """Divide advantages by the group's standard deviation."""
     seed: int = 0
+    hint_share: float = 0.0
+    """Share of each group's rollouts whose system turn carries the episode's hint (paper:
+    0.25 to 0.5); 0 turns hints off. Episodes without a hint are never hinted."""
+    hint_correction: Literal["none", "tis"] = "none"
+    """`none`: hinted rollouts trained as if sampled without the hint (the paper); `tis`:
+    their tokens weighted by the truncated importance ratio unhinted / hinted."""
+    tis_cap: float = 2.0
+    """Upper bound of that ratio."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -74,12 +91,26 @@ class GRPOSettings:
         for name in ("rank", "alpha", "groups_per_step", "max_new_tokens", "max_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.hint_share <= 1.0:
+            raise ValueError(f"hint_share must be in [0, 1], got {self.hint_share}")
+        if self.hint_correction not in ("none", "tis"):
+            raise ValueError(f"hint_correction must be none or tis, got {self.hint_correction!r}")
+        if not self.tis_cap >= 1.0:
+            raise ValueError(f"tis_cap must be at least 1, got {self.tis_cap}")
 
 
 @dataclass
 class Turn:
     prompt_ids: list[int]
+    """What the completion was sampled from (with the hint, in a hinted rollout)."""
     completion_ids: list[int]
+    train_prompt_ids: list[int] | None = None
+    """A hinted rollout's prompt rebuilt without the hint: the loss reads this one."""
+
+    @property
+    def loss_prompt_ids(self) -> list[int]:
+        """The prompt the gradient is computed on: never one that holds the hint."""
+        return self.train_prompt_ids if self.train_prompt_ids is not None else self.prompt_ids
 
 
 @dataclass
@@ -91,6 +122,8 @@ class Rollout:
     messages: list[dict[str, Any]] = field(default_factory=list)
     ended: str = "done"
     """Why the episode ended: done, max_turns, too_long, environment_error."""
+    hinted: bool = False
+    """Its system turn carried the episode's hint while it was sampled."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +137,9 @@ class StepStats:
     loss: float
     completion_tokens: int
     grad_norm: float
+    hinted_reward: float | None = None
+    """Mean reward of the hinted rollouts (None when none was hinted)."""
+    unhinted_reward: float | None = None
 
 
 class Policy:
@@ -120,18 +156,23 @@ class Policy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def completion_logprobs(self, turn: Turn, temperature: float) -> torch.Tensor:
-        """Log-probabilities of the turn's completion tokens under the current weights."""
-        ids = torch.tensor([turn.prompt_ids + turn.completion_ids], device=self.device)
-        logits = self.model(input_ids=ids).logits[0, len(turn.prompt_ids) - 1 : -1]
+    def completion_logprobs(
+        self, turn: Turn, temperature: float, prompt_ids: list[int] | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities of the turn's completion tokens under the current weights, after
+        `prompt_ids` (default: the prompt the loss reads, never a hinted one)."""
+        prompt = turn.loss_prompt_ids if prompt_ids is None else prompt_ids
+        ids = torch.tensor([prompt + turn.completion_ids], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         target = torch.tensor(turn.completion_ids, device=self.device)
         return logp.gather(1, target[:, None])[:, 0]
 
-    def to_message(self, completion: list[int]) -> Message:
-        """The assistant message the server would return for this completion."""
+    def to_message(self, completion: list[int], tools: Collection[str] = ()) -> Message:
+        """The assistant message the server would return for this completion, when the
+        request offered the functions named in `tools`."""
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
-        parsed = parse_reply(text)
+        parsed = parse_reply(text, tools)
         calls = [
             ToolCall(id=f"call_{i}", function=ToolCallFunction(name=c.name, arguments=c.arguments))
             for i, c in enumerate(parsed.calls)
@@ -154,11 +195,18 @@ def rollout_group(
     Completions come from `sampler` (default: the policy itself, in process)."""
     sampler = sampler or LocalSampler(policy)
     episodes = [env.reset(task, seed) for seed in seeds]
+    hinted = hinted_count(len(seeds), s.hint_share)
     histories: list[list[Message]] = []
-    for episode in episodes:
-        system = "\n\n".join(p for p in (system_prompt.strip(), episode.system_prompt) if p)
-        histories.append([Message(role="system", content=system), *episode.messages])
+    plain: list[Message] = []
+    """Each rollout's system turn without the hint: what the loss sees."""
     rollouts = [Rollout(task.id, seed, 0.0) for seed in seeds]
+    for i, episode in enumerate(episodes):
+        system = "\n\n".join(p for p in (system_prompt.strip(), episode.system_prompt) if p)
+        hint = hint_of(episode) if i < hinted else ""
+        rollouts[i].hinted = bool(hint)
+        plain.append(Message(role="system", content=system))
+        shown = Message(role="system", content=with_guidance(system, hint))
+        histories.append([shown, *episode.messages])
     active = list(range(len(episodes)))
     for turn in range(s.max_turns):
         prompts: dict[int, list[int]] = {}
@@ -179,8 +227,16 @@ def rollout_group(
         )
         still: list[int] = []
         for i, completion in zip(active, completions, strict=True):
-            rollouts[i].turns.append(Turn(prompts[i], completion))
-            message = policy.to_message(completion)
+            unhinted = None
+            if rollouts[i].hinted:
+                request = ChatRequest(
+                    model="policy",
+                    messages=[plain[i], *histories[i][1:]],
+                    tools=episodes[i].tools or None,
+                )
+                unhinted, _ = policy.builder.build(request)
+            rollouts[i].turns.append(Turn(prompts[i], completion, unhinted))
+            message = policy.to_message(completion, tool_names(episodes[i].tools))
             histories[i].append(message)
             try:
                 result = episodes[i].step(message)
@@ -193,9 +249,12 @@ def rollout_group(
         active = still
     for i in active:
         rollouts[i].ended = "max_turns"
-    for rollout, episode, history in zip(rollouts, episodes, histories, strict=True):
+    for rollout, episode, history, opening in zip(
+        rollouts, episodes, histories, plain, strict=True
+    ):
         rollout.reward = float(episode.score().reward)
-        rollout.messages = [msgspec.to_builtins(m) for m in history]
+        # Stored as the policy should learn to act: without the hint.
+        rollout.messages = [msgspec.to_builtins(m) for m in [opening, *history[1:]]]
     return rollouts
 
 
@@ -234,7 +293,8 @@ def policy_step(
                 if not turn.completion_ids:
                     continue
                 logp = policy.completion_logprobs(turn, s.temperature)
-                loss = -adv * logp.sum() / tokens
+                weights = _hint_weights(policy, turn, logp, s)
+                loss = -adv * (logp * weights).sum() / tokens
                 loss.backward()  # one turn at a time: memory stays one sequence deep
                 loss_total += float(loss.detach())
         params = [p for p in policy.model.parameters() if p.requires_grad]
@@ -242,6 +302,8 @@ def policy_step(
         if math.isfinite(grad_norm):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    hinted = [r.reward for g in groups for r in g if r.hinted]
+    unhinted = [r.reward for g in groups for r in g if not r.hinted]
     return StepStats(
         groups=len(groups),
         used=used,
@@ -250,7 +312,21 @@ def policy_step(
         loss=loss_total,
         completion_tokens=tokens,
         grad_norm=grad_norm,
+        hinted_reward=statistics.fmean(hinted) if hinted else None,
+        unhinted_reward=statistics.fmean(unhinted) if unhinted else None,
     )
+
+
+def _hint_weights(
+    policy: Policy, turn: Turn, logp: torch.Tensor, s: GRPOSettings
+) -> torch.Tensor | float:
+    """Per-token weights of a turn's log-probabilities: 1, or for a hinted turn under
+    `hint_correction="tis"` the truncated ratio p(token | unhinted) / p(token | hinted)."""
+    if turn.train_prompt_ids is None or s.hint_correction == "none":
+        return 1.0
+    with torch.no_grad():
+        behaviour = policy.completion_logprobs(turn, s.temperature, turn.prompt_ids)
+    return torch.exp(logp.detach() - behaviour).clamp(max=s.tis_cap)
 
 
 def lora_policy(model_dir: str, s: GRPOSettings, device: str = "cpu") -> Policy:

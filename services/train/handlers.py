@@ -78,6 +78,9 @@ class TrainHandlers:
             "max_turns": c.max_turns,
             "temperature": c.temperature,
             "seed": c.seed,
+            "hint_share": c.hint_share or 0.0,
+            "hint_correction": c.hint_correction,
+            "tis_cap": GRPOSettings.tis_cap,
         }
         if not isinstance(overrides, dict):
             raise PermanentError(f"job config `grpo` must be an object, not {overrides!r}")
@@ -174,7 +177,11 @@ class TrainHandlers:
         agent = await ctx.session.get(Agent, uuid.UUID(str(agent_id))) if agent_id else None
         if agent is None:
             raise PermanentError(f"job {job.id}: no agent (capability or config.agent_id)")
-        settings = self.settings(job.config.get("grpo", {}))
+        overrides = job.config.get("grpo", {})
+        if self.cfg.hint_share is None and isinstance(overrides, dict):
+            # the share the environment was calibrated with, unless the job sets its own
+            overrides = {"hint_share": _calibrated_share(env_row.spec), **overrides}
+        settings = self.settings(overrides)
         multiplier = job.config.get("budget_multiplier", 1)
         if not isinstance(multiplier, int) or multiplier < 1:
             raise PermanentError(f"job {job.id}: budget_multiplier must be a positive integer")
@@ -423,3 +430,8 @@ class TrainHandlers:
         }
         ctx.emit(AdapterTrained(adapter_id=adapter.id, job_id=job.id, cycle_id=job.cycle_id))
         log.info("adapter trained", adapter=name, steps=progress.step, rollouts=progress.rollouts)
+
+
+def _calibrated_share(spec: dict[str, Any]) -> float:
+    share = spec.get("hint_share", 0.0) if isinstance(spec, dict) else 0.0
+    return float(share) if isinstance(share, int | float) and 0 <= share <= 1 else 0.0

@@ -57,7 +57,8 @@ class Progress:
     rollouts: int = 0
     wall_s: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
-    """Per step: step, mean_reward, groups used, loss, completion tokens, grad norm, wall s."""
+    """Per step: step, mean_reward, groups used, loss, completion tokens, grad norm, wall s,
+    and the mean reward of hinted and unhinted rollouts (None where there were none)."""
     resumes: list[int] = field(default_factory=list)
     """The step each resume started from (one entry per restart from a checkpoint)."""
 
@@ -97,6 +98,10 @@ class Checkpoints:
             torch.load(self.directory / OPTIMIZER, weights_only=True, map_location=device)
         )
         return Progress(**json.loads(state.read_text()))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def task_order(tasks: Sequence[TaskSpec], seed: int) -> list[TaskSpec]:
@@ -173,6 +178,8 @@ def train(
                 "grad_norm": round(stats.grad_norm, 6),
                 "rollouts": progress.rollouts,
                 "wall_s": round(wall, 3),
+                "hinted_reward": _rounded(stats.hinted_reward),
+                "unhinted_reward": _rounded(stats.unhinted_reward),
             }
         )
         if progress.step % checkpoint_every == 0 or progress.step == steps:

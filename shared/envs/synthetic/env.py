@@ -25,6 +25,11 @@ from shared.envs.tools import ToolBox
 class SyntheticEpisode(ToolboxEpisode):
     """A toolbox episode offering only the task's tools and graded by the spec's checks."""
 
+    def __init__(self, task: TaskSpec, seed: int) -> None:
+        super().__init__(task, seed)
+        self.hint: str = str(task.data.get("hint", ""))
+        """Guidance for hinted training rollouts (see shared/envs/guidance.py)."""
+
     def _make_toolbox(self, data: dict[str, Any]) -> ToolBox:
         return offered_toolbox(self.world, data["tools"], data["faults"])
 

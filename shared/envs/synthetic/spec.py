@@ -135,6 +135,8 @@ class ScenarioTemplate(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=
     """The reference's closing message to the user."""
     values: dict[str, str] = msgspec.field(default_factory=dict)
     """name -> text the final reply should contain (`reply_mentions` checks name one)."""
+    hints: list[str] = msgspec.field(default_factory=list)
+    """Soft guidance for hinted rollouts (what to attend to, never the solution's values)."""
 
 
 class SyntheticSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -155,6 +157,9 @@ class SyntheticSpec(msgspec.Struct, kw_only=True, frozen=True):
     """Bumped by each calibration adjustment."""
     template: ScenarioTemplate | None = None
     """The scenario as data when `scenario` is `template` (see template.py); else unset."""
+    hint_share: float = 0.0
+    """Share of each GRPO group (and calibration group) whose rollouts see the task's hint;
+    calibration tunes it (see calibration.py), training uses the accepted value."""
 
     def offered(self, role: ToolRole | None = None) -> list[str]:
         """Names of the spec's tools, optionally only those of one role, in spec order."""

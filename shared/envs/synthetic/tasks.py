@@ -11,6 +11,7 @@ its episode without the spec):
     checks                    the spec's weighted checks, as data
     expected, values          what `called_tool` and `reply_mentions` compare with
     excused, withheld         errors the scenario provokes; whether a detail was held back
+    hint                      guidance for hinted rollouts (hints.py), never the solution
     forbidden, reference      toolbox forbidden actions; the reference solution (reward 1)
 
 Task `<name>-<nnnn>` uses a seed derived from its id; a seed whose request, replies and
@@ -29,6 +30,7 @@ import msgspec
 
 from shared.envs.protocol import Split, TaskSpec
 from shared.envs.synthetic.families import family_of
+from shared.envs.synthetic.hints import task_hint
 from shared.envs.synthetic.scenario import Scenario
 from shared.envs.synthetic.spec import SyntheticSpec
 from shared.envs.synthetic.target import tool_order
@@ -76,7 +78,7 @@ def build_scenario(spec: SyntheticSpec, seed: int) -> dict[str, Any]:
         raise GeneratorError(f"{family.name} (seed {seed}): {'; '.join(problems)}")
     data = scenario.b.data()
     data.pop("milestones")  # the toolbox's own grading; synthetic checks replace it
-    return {
+    task = {
         **data,
         "family": family.name,
         "revision": spec.revision,
@@ -87,6 +89,8 @@ def build_scenario(spec: SyntheticSpec, seed: int) -> dict[str, Any]:
         "excused": scenario.excused,
         "withheld": scenario.withheld,
     }
+    task["hint"] = task_hint(spec, task)
+    return task
 
 
 def _signature(data: dict[str, Any]) -> str:
