@@ -65,6 +65,9 @@ class RolloutRequested(Contract, frozen=True):
     purpose: Purpose = "adhoc"
     system_prompt: str | None = None
     """Instead of the agent's own system prompt (evaluating an optimised prompt)."""
+    hint_share: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    """Share of each task's trials whose system turn carries the episode's hint (calibrating a
+    synthetic environment for hinted GRPO; see shared/envs/guidance.py)."""
 
 
 class RolloutCompleted(Contract, frozen=True):

@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from services.rollout.config import RolloutConfig
 from services.rollout.tasks import import_tasks, select_tasks
 from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.guidance import hinted_trials
 from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
@@ -67,6 +68,7 @@ class RolloutHandlers:
         model = msg.adapter or agent.model
         await self.served.ensure(ctx.session, model)
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
+        hinted = hinted_trials(msg.trials, msg.hint_share)
 
         async def one(task: TaskSpec, trial: int) -> None:
             async with gate:
@@ -81,6 +83,7 @@ class RolloutHandlers:
                     ),
                     sampling=_sampling(msg.sampling, trial),
                     max_turns=self.cfg.max_turns,
+                    hinted=trial in hinted,
                 )
             if result.model_error:
                 # The endpoint failed, not the agent: storing a zero would bias every statistic

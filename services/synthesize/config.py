@@ -21,6 +21,11 @@ class SynthesizeConfig(ServiceConfig, kw_only=True, frozen=True):
     temperature: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """Sampling temperature of the calibration rollouts (the policy as GRPO will sample it)."""
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.25
+    """Share of each calibration group whose rollouts see the task's hint at the first
+    calibration (the paper hints 0.25 to 0.5 of each GRPO group); calibration then tunes it
+    up to `max_hint_share`."""
+    max_hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
     determinism_seeds: Annotated[int, msgspec.Meta(ge=1)] = 3
     """Seeds each generated spec is built twice on before it is accepted for calibration."""
     writer_model: str | None = None

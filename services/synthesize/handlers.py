@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from services.synthesize.config import SynthesizeConfig
 from services.synthesize.writer import SpecWriter, SpecWriterError, WriterConfig
 from shared.bus.delivery import Handler, HandlerContext
+from shared.envs.guidance import hinted_trials
 from shared.envs.loading import synthetic_ref
 from shared.envs.synthetic import (
     CalibrationConfig,
@@ -68,6 +69,7 @@ class SynthesizeHandlers:
         self.calibration = CalibrationConfig(
             seeds=cfg.calibration_tasks,
             samples=cfg.calibration_samples,
+            max_hint_share=cfg.max_hint_share,
             max_regenerations=cfg.max_regenerations,
         )
 
@@ -98,7 +100,9 @@ class SynthesizeHandlers:
                 continue
             # A capability whose earlier environments all failed starts again after them.
             spec = msgspec.structs.replace(
-                await self._spec(ctx, capability), revision=max(versions, default=0)
+                await self._spec(ctx, capability),
+                revision=max(versions, default=0),
+                hint_share=min(self.cfg.hint_share, self.cfg.max_hint_share),
             )
             await self._calibrate(ctx, capability, msg.agent_id, msg.cycle_id, spec, attempt=0)
 
@@ -159,14 +163,23 @@ class SynthesizeHandlers:
             await ctx.session.get(Capability, row.capability_id) if row.capability_id else None
         )
         groups: dict[uuid.UUID, list[float]] = defaultdict(list)
-        for task_id, reward in await ctx.session.execute(
-            select(Trajectory.task_id, Trajectory.reward).where(
+        hinted: dict[uuid.UUID, list[float]] = defaultdict(list)
+        hinted_trial = hinted_trials(
+            int(row.calibration.get("samples", self.cfg.calibration_samples)),
+            float(row.calibration.get("hint_share", 0.0)),
+        )
+        for task_id, trial, reward in await ctx.session.execute(
+            select(Trajectory.task_id, Trajectory.trial, Trajectory.reward).where(
                 Trajectory.request_id == msg.request_id
             )
         ):
-            if task_id is not None:
-                groups[task_id].append(float(reward or 0.0))
-        result = calibrate(dict(groups), self.calibration)
+            if task_id is not None:  # hinted trials first in each group, as calibrate reads
+                (hinted if trial in hinted_trial else groups)[task_id].append(float(reward or 0))
+        result = calibrate(
+            {task: hinted[task] + groups[task] for task in hinted.keys() | groups.keys()},
+            self.calibration,
+            hinted=len(hinted_trial),
+        )
         attempt = int(row.calibration.get("attempt", 0))
         row.calibration = {**row.calibration, "result": msgspec.to_builtins(result)}
         log.info(
@@ -177,6 +190,8 @@ class SynthesizeHandlers:
             mean=round(result.mean_reward, 3),
             success=round(result.success_rate, 3),
             informative=round(result.informative, 3),
+            hinted_mean=result.hinted_mean,
+            unhinted_mean=result.unhinted_mean,
         )
         if result.accepted:
             row.status = "ready"
@@ -213,7 +228,7 @@ class SynthesizeHandlers:
             capability,
             msg.agent_id,
             msg.cycle_id,
-            adjust(decode(msgspec.json.encode(row.spec)), result),
+            adjust(decode(msgspec.json.encode(row.spec)), result, self.calibration),
             attempt + 1,
         )
 
@@ -263,6 +278,7 @@ class SynthesizeHandlers:
                 "request_id": str(request_id),
                 "tasks": len(tasks),
                 "samples": self.cfg.calibration_samples,
+                "hint_share": spec.hint_share,
             },
         )
         ctx.session.add(row)
@@ -278,6 +294,7 @@ class SynthesizeHandlers:
                 sampling=Sampling(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens),
                 cycle_id=cycle_id,
                 purpose="calibrate",
+                hint_share=spec.hint_share,
             ),
             key=str(row.id),
         )

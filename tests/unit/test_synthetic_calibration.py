@@ -89,8 +89,8 @@ def test_each_threshold_binds_on_its_own_and_comes_from_the_config() -> None:
 def test_adjust_moves_the_tuned_knobs_the_right_way_and_is_deterministic(family: str) -> None:
     spec = family_spec(family, f"trains_{family}")
     easy, hard = calibrate(TRIVIAL), calibrate(IMPOSSIBLE)
-    harder, easier = adjust(spec, easy), adjust(spec, hard)
-    assert adjust(spec, easy) == harder and adjust(spec, hard) == easier
+    harder, easier = adjust(spec, easy, NO_HINTS), adjust(spec, hard, NO_HINTS)
+    assert adjust(spec, easy, NO_HINTS) == harder and adjust(spec, hard, NO_HINTS) == easier
     assert harder.revision == easier.revision == spec.revision + 1
     assert adjust(spec, calibrate(WELL_POSED)) == spec
     tuned = FAMILIES[family].tunes
@@ -110,7 +110,7 @@ def test_adjust_stops_at_the_bounds() -> None:
     spec = family_spec("recover_from_rejected_call", "recover_from_tool_errors")
     easy = calibrate(TRIVIAL)
     for _ in range(10):
-        spec = adjust(spec, easy)
+        spec = adjust(spec, easy, NO_HINTS)
     assert spec.revision == 10
     assert spec.knobs.transient_failure_rate == 1.0 and spec.knobs.failure_repeats == 3
     assert spec.knobs.distractor_tools == len(spec.offered("distractor"))
@@ -118,7 +118,7 @@ def test_adjust_stops_at_the_bounds() -> None:
     assert validate(spec, toolbox_schemas()) == []
     hard = calibrate(IMPOSSIBLE)
     for _ in range(10):
-        spec = adjust(spec, hard)
+        spec = adjust(spec, hard, NO_HINTS)
     assert spec.knobs.transient_failure_rate == 0.0 and spec.knobs.failure_repeats == 1
     assert spec.knobs.distractors == 0 and spec.knobs.distractor_tools == 0
 
@@ -132,3 +132,35 @@ def test_the_hardest_and_easiest_settings_still_make_sound_environments(family: 
             extreme = adjust(extreme, result)
         assert check_deterministic(extreme, range(3)) == []
         assert len(SyntheticEnvironment(extreme).tasks()) == 200
+
+
+NO_HINTS = CalibrationConfig(max_hint_share=0.0)
+"""Hints off: `adjust` moves the knobs straight away."""
+
+
+def test_an_environment_hard_without_hints_is_accepted_when_hinted_samples_vary() -> None:
+    # 4 samples per group, the first one hinted: unhinted samples all score 0, the hinted
+    # one succeeds in most groups, so GRPO groups still have variance.
+    rewards = [[1.0, 0.0, 0.0, 0.0]] * 9 + [[0.0, 0.0, 0.0, 0.0]]
+    result = calibrate(rewards, CalibrationConfig(min_success=0.2, min_mean=0.2), hinted=1)
+    assert result.accepted, result.reasons
+    assert result.unhinted_mean == 0.0 and result.unhinted_success == 0.0
+    assert result.hinted_mean == 0.9 and result.hinted_success == 0.9
+    assert result.hinted_rollouts == 10 and result.all_zero == 0.1
+    # the same rewards read as all unhinted are the same groups: hints change what is reported
+    plain = calibrate(rewards, CalibrationConfig(min_success=0.2, min_mean=0.2))
+    assert plain.accepted and plain.hinted_mean is None and plain.unhinted_mean == 0.225
+
+
+def test_adjust_moves_the_hint_share_first() -> None:
+    spec = family_spec("set_alarm_at_time", "valid_tool_arguments")
+    hard, easy = calibrate(IMPOSSIBLE), calibrate(TRIVIAL)
+    up = adjust(spec, hard)
+    assert up.hint_share == 0.25 and up.knobs == spec.knobs and up.revision == 1
+    up = adjust(up, hard)
+    assert up.hint_share == 0.5 and up.knobs == spec.knobs
+    eased = adjust(up, hard)  # at the ceiling: the knobs get easier instead
+    assert eased.hint_share == 0.5 and eased.knobs != spec.knobs
+    down = adjust(up, easy)
+    assert down.hint_share == 0.25 and down.knobs == spec.knobs
+    assert adjust(adjust(down, easy), easy).knobs != spec.knobs  # hints off, then harder knobs

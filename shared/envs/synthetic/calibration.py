@@ -5,6 +5,13 @@ GRPO group per seed, e.g. 100 seeds x 16 samples): mean reward and success rate 
 few groups where every sample succeeds or every sample scores zero (GRPO learns nothing from a
 constant group), and most groups informative. `adjust` moves the family's tuned knobs one step
 harder or easier, as the result says, and bumps the spec's revision.
+
+Hints: when the first `hinted` samples of every group saw the task's hint (as that share of a
+GRPO group will), the rule judges the groups as GRPO will see them, hinted and unhinted
+together, so an environment whose unhinted samples all score 0 is accepted when the hinted
+ones give its groups variance; the hinted and unhinted rates are reported apart. The hint
+share is the first lever `adjust` pulls: up (to `max_hint_share`) before the knobs get
+easier, down before they get harder.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class CalibrationConfig:
     """A rollout succeeds when its reward reaches this."""
     tolerance: float = 1e-9
     """Rewards closer than this count as equal."""
+    hint_step: float = 0.25
+    max_hint_share: float = 0.5
+    """How far `adjust` moves the hint share per round, and its ceiling (the paper's range
+    is 0.25 to 0.5)."""
 
 
 class CalibrationResult(msgspec.Struct, kw_only=True, frozen=True):
@@ -61,6 +72,13 @@ class CalibrationResult(msgspec.Struct, kw_only=True, frozen=True):
     informative: float
     reasons: list[str]
     """Why it was rejected (empty when accepted)."""
+    hinted_rollouts: int = 0
+    hinted_mean: float | None = None
+    hinted_success: float | None = None
+    """Over the hinted samples only (None when none was hinted)."""
+    unhinted_mean: float | None = None
+    unhinted_success: float | None = None
+    """Over the samples that saw no hint: the policy on its own."""
 
 
 DEFAULT_CONFIG = CalibrationConfig()
@@ -69,8 +87,10 @@ DEFAULT_CONFIG = CalibrationConfig()
 def calibrate(
     rewards: Mapping[Any, Sequence[float]] | Iterable[Sequence[float]],
     config: CalibrationConfig = DEFAULT_CONFIG,
+    hinted: int = 0,
 ) -> CalibrationResult:
-    """Judge rollout rewards grouped per task (a mapping seed -> rewards, or a list of lists)."""
+    """Judge rollout rewards grouped per task (a mapping seed -> rewards in trial order, or a
+    list of lists); the first `hinted` of each group saw the hint."""
     raw = rewards.values() if isinstance(rewards, Mapping) else rewards
     groups = [list(group) for group in raw if len(group)]
     flat = [r for group in groups for r in group]
@@ -101,6 +121,8 @@ def calibrate(
             f"only {informative:.0%} of groups have differing rewards "
             f"(at least {config.min_informative:.0%})"
         )
+    with_hint = [r for group in groups for r in group[:hinted]]
+    without = [r for group in groups for r in group[hinted:]]
     return CalibrationResult(
         accepted=not reasons,
         direction=_direction(config, mean, easy, hard) if reasons else "keep",
@@ -112,7 +134,16 @@ def calibrate(
         all_zero=round(all_zero, 6),
         informative=round(informative, 6),
         reasons=reasons,
+        hinted_rollouts=len(with_hint),
+        hinted_mean=_rate(with_hint, lambda r: r),
+        hinted_success=_rate(with_hint, lambda r: float(succeeded(r))),
+        unhinted_mean=_rate(without, lambda r: r),
+        unhinted_success=_rate(without, lambda r: float(succeeded(r))),
     )
+
+
+def _rate(rewards: list[float], value: Callable[[float], float]) -> float | None:
+    return round(sum(value(r) for r in rewards) / len(rewards), 6) if rewards else None
 
 
 def _direction(
@@ -157,8 +188,12 @@ def _hard_reasons(
     return reasons
 
 
-def adjust(spec: SyntheticSpec, result: CalibrationResult) -> SyntheticSpec:
-    """The spec one step harder or easier on each knob its family tunes, revision bumped.
+def adjust(
+    spec: SyntheticSpec, result: CalibrationResult, config: CalibrationConfig = DEFAULT_CONFIG
+) -> SyntheticSpec:
+    """The spec one step harder or easier, revision bumped: the hint share moves first (up
+    when too hard, while below `max_hint_share`; down when too easy, while above 0), else
+    every knob its family tunes moves one step.
 
     An accepted result returns the spec unchanged. Knobs stop at their bounds (and
     `distractor_tools` at the number of distractor tools the spec lists); when every knob is
@@ -167,6 +202,13 @@ def adjust(spec: SyntheticSpec, result: CalibrationResult) -> SyntheticSpec:
     if result.direction == "keep":
         return spec
     sign = 1 if result.direction == "harder" else -1
+    share = spec.hint_share
+    if sign < 0 and share < config.max_hint_share - config.tolerance:
+        share = min(config.max_hint_share, share + config.hint_step)
+    elif sign > 0 and share > config.tolerance:
+        share = max(0.0, share - config.hint_step)
+    if share != spec.hint_share:
+        return msgspec.structs.replace(spec, hint_share=round(share, 4), revision=spec.revision + 1)
     family = family_of(spec)
     moved: dict[str, Any] = {}
     for knob in family.tunes if family else ():
