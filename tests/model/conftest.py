@@ -14,17 +14,14 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from shared.llm.client import LLMClient  # noqa: E402
 from shared.serving.engine import Engine  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
+from tests.support.models import packaged_or_skip  # noqa: E402
 from tests.support.served import client_on  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def loaded() -> Iterator[tuple[object, Engine]]:
-    try:
-        server, engine = load(
-            ServeConfig(model="smollm2", max_batch=16, batch_window_ms=20, threads=2)
-        )
-    except Exception as exc:  # noqa: BLE001  the model package may be absent: say so, do not error
-        pytest.skip(f"SmolLM2 unavailable: {exc}")
+    packaged_or_skip("smollm2")
+    server, engine = load(ServeConfig(model="smollm2", max_batch=16, batch_window_ms=20, threads=2))
     engine.start()
     yield server, engine
     engine.stop()

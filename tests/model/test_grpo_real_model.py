@@ -21,16 +21,13 @@ from services.train.grpo import (  # noqa: E402
 from services.train.sampling import EndpointSampler  # noqa: E402
 from shared.envs.synthetic import SyntheticEnvironment, family_spec  # noqa: E402
 from shared.llm.client import LLMClient  # noqa: E402
-from shared.serving.model_files import resolve_model  # noqa: E402
+from tests.support.models import packaged_or_skip  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_a_grpo_step_on_smollm2() -> None:
-    try:
-        model_dir = resolve_model("smollm2")
-    except Exception as exc:  # noqa: BLE001  the model package may be absent: say so
-        pytest.skip(f"SmolLM2 unavailable: {exc}")
+    model_dir = packaged_or_skip("smollm2")
     s = GRPOSettings(group_size=4, max_new_tokens=48, max_turns=2, learning_rate=1e-4)
     policy = lora_policy(str(model_dir), s)
     env = SyntheticEnvironment(family_spec("set_alarm_at_time", "valid_tool_arguments"))
@@ -52,7 +49,7 @@ async def test_smollm2_rollouts_sampled_by_serve_model(llm: LLMClient, tmp_path:
     exactly the policy's weights (the first sync's check measures it) and samples a group of
     real episodes whose tokens the loss can use."""
     s = GRPOSettings(group_size=4, max_new_tokens=48, max_turns=2)
-    policy = lora_policy(str(resolve_model("smollm2")), s)
+    policy = lora_policy(str(packaged_or_skip("smollm2")), s)
     loop = asyncio.get_running_loop()
     sampler = EndpointSampler(llm, loop, tmp_path / "live", "train-model", policy.end_id)
     env = SyntheticEnvironment(family_spec("set_alarm_at_time", "valid_tool_arguments"))

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 
 def smollm2_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from shared.serving.model_files import resolve_model
+    from tests.support.models import packaged_or_skip
 
-    try:
-        return AutoTokenizer.from_pretrained(resolve_model("smollm2"))
-    except Exception as exc:  # noqa: BLE001  the model package may be absent: say so
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {exc}")
+    return AutoTokenizer.from_pretrained(packaged_or_skip("smollm2"))
 
 
 def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
