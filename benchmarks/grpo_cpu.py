@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--endpoint", help="sample through this OpenAI-compatible endpoint")
+    parser.add_argument("--hint-share", type=float, default=0.0, help="hinted share of a group")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -75,6 +76,7 @@ def main() -> None:
         max_new_tokens=args.max_new_tokens,
         max_turns=args.max_turns,
         learning_rate=1e-5,
+        hint_share=args.hint_share,
     )
     policy = lora_policy(str(resolve_model(args.model)), s, device=args.device)
     optimizer = optimizer_for(policy, s)
@@ -117,6 +119,9 @@ def main() -> None:
                 "reward_std": round(statistics.pstdev(r.reward for r in group), 4),
                 "tool_calls": calls,
                 "completion_tokens": sum(len(t.completion_ids) for r in group for t in r.turns),
+                "prompt_tokens": sum(len(t.loss_prompt_ids) for r in group for t in r.turns),
+                "hinted_reward": stats.hinted_reward,
+                "unhinted_reward": stats.unhinted_reward,
                 "rollout_s": round(rollout_s, 2),
                 "step_s": round(step_s, 2),
                 "sync_s": round(sync_s, 3),
@@ -140,6 +145,11 @@ def main() -> None:
         "sync_s_mean": round(statistics.fmean(r["sync_s"] for r in rows), 3),
         "tokens_per_s": round(
             sum(r["completion_tokens"] for r in rows) / sum(r["rollout_s"] for r in rows), 1
+        ),
+        "backward_tokens_per_s": round(
+            sum(r["completion_tokens"] + r["prompt_tokens"] for r in rows)
+            / sum(r["step_s"] for r in rows),
+            1,
         ),
         "peak_rss_after_load_mib": loaded_mib,
         "peak_rss_mib": _peak_rss_mib(),

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from shared.config import ServiceConfig
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 DEFAULT_PORT = 8080
 
@@ -18,7 +19,7 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    classifier_model: str = "smollm2"
+    classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""
     min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
     """Below this confidence the conversation goes to the base model."""

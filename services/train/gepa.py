@@ -43,6 +43,7 @@ from shared.llm.structured import (
 )
 from shared.logging import get_logger
 from shared.messages import Sampling
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 log = get_logger(__name__)
 
@@ -61,8 +62,8 @@ class GEPASettings:
     """Episodes the optimisation may run, all included."""
     minibatch: int = 3
     pareto: int = 6
-    reflection_model: str = "smollm2"
-    agent_model: str = "smollm2"
+    reflection_model: str = DEFAULT_AGENT_MODEL
+    agent_model: str = DEFAULT_AGENT_MODEL
     sampling: Sampling = field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
     max_turns: int = 6
     concurrency: int = 4

@@ -1,9 +1,10 @@
 """`retrace demo`: one whole TRACE cycle on a fresh machine, on the embedded defaults.
 
-Starts `retrace up` (embedded NATS and Postgres, the six services, SmolLM2 served on CPU
-unless `RETRACE_MODEL_URL` names an endpoint), registers the agent `demo-bot` on toolbox,
-runs `retrace improve` with a CPU budget (stated up front), prints the report, writes it as
-Markdown and plots, and stops everything it started.
+Starts `retrace up` (embedded NATS and Postgres, the six services, the packaged
+Qwen2.5-Coder-0.5B-Instruct served on CPU unless `RETRACE_MODEL_URL` names an endpoint),
+registers the agent `demo-bot` on toolbox, runs `retrace improve` with a CPU budget (stated
+up front), prints the report, writes it as Markdown and plots, and stops everything it
+started.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import click
 
 from shared.cli.context import make_console
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 console = make_console()
 AGENT = "demo-bot"
@@ -92,8 +94,8 @@ def demo(
 ) -> None:
     """Run one complete cycle on toolbox with the embedded defaults, then show the report."""
     console.print(
-        f"[bold]retrace demo[/]: agent {AGENT} (SmolLM2 on toolbox). Budget: diagnosis "
-        f"{diagnose_tasks} train tasks x {diagnose_trials}, {budget} GRPO rollouts per "
+        f"[bold]retrace demo[/]: agent {AGENT} ({DEFAULT_AGENT_MODEL} on toolbox). Budget: "
+        f"diagnosis {diagnose_tasks} train tasks x {diagnose_trials}, {budget} GRPO rollouts per "
         f"adapter for at most {max_capabilities} capabilities, evaluation {eval_tasks} test "
         f"tasks x {eval_trials} per configuration, baselines {'on' if baseline else 'off'}."
     )
@@ -135,7 +137,16 @@ def demo(
             check=False,
         )
         if AGENT not in listed.stdout:
-            _retrace("agent", "create", AGENT, "--model", "smollm2", "--env", "toolbox", check=True)
+            _retrace(
+                "agent",
+                "create",
+                AGENT,
+                "--model",
+                DEFAULT_AGENT_MODEL,
+                "--env",
+                "toolbox",
+                check=True,
+            )
         code = _retrace(
             "improve",
             AGENT,

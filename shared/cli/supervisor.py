@@ -15,6 +15,7 @@ from pathlib import Path
 import aiohttp
 
 from shared.logging import get_logger
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 log = get_logger(__name__)
 
@@ -150,9 +151,9 @@ def command(name: str, port: int, host: str, model: str | None = None) -> list[s
             "shared.cli.main",
             "serve-model",
             "--model",
-            model or "smollm2",
+            model or DEFAULT_AGENT_MODEL,
             "--served-name",
-            "smollm2" if model in (None, "smollm2") else model,
+            model or DEFAULT_AGENT_MODEL,
             "--host",
             host,
             "--port",

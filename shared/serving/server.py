@@ -14,6 +14,7 @@ from shared.logging import get_logger
 from shared.serving.api import ModelServer
 from shared.serving.engine import Engine
 from shared.serving.model_files import DEFAULT_CACHE, resolve_model
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.serving.prompts import PromptBuilder
 
 log = get_logger(__name__)
@@ -21,7 +22,7 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True)
 class ServeConfig:
-    model: str = "smollm2"
+    model: str = DEFAULT_AGENT_MODEL
     served_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000

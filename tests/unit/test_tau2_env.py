@@ -21,6 +21,7 @@ from shared.envs.tau2.episode import Tau2Episode
 from shared.envs.tau2.messages import parse_arguments
 from shared.envs.tau2.user import STOP, ScriptedUser
 from shared.errors import ConfigError
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 CFG = Tau2Config()
 
@@ -218,7 +219,11 @@ async def test_astep_and_ascore_run_off_the_loop(retail: Tau2Environment) -> Non
 def test_config_defaults_follow_the_model_endpoint() -> None:
     cfg = load_tau2_config({})
     assert cfg.user_url == "http://127.0.0.1:8000/v1"
-    assert (cfg.user_model, cfg.user_api_key, cfg.user_temperature) == ("smollm2", "EMPTY", 0.0)
+    assert (cfg.user_model, cfg.user_api_key, cfg.user_temperature) == (
+        DEFAULT_AGENT_MODEL,
+        "EMPTY",
+        0.0,
+    )
     cfg = load_tau2_config(
         {"RETRACE_TAU2_USER_URL": "http://h:1/v1", "RETRACE_TAU2_USER_SEED": "7"}
     )

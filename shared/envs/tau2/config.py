@@ -9,6 +9,7 @@ from typing import Annotated
 import msgspec
 
 from shared.config import Count, ModelConfig, Seconds, load_config
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 Url = Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$")]
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
@@ -19,7 +20,7 @@ class Tau2Config(msgspec.Struct, kw_only=True, frozen=True):
 
     user_url: Url = ModelConfig().url
     """Endpoint of the user simulator's model (default: the local `retrace serve-model`)."""
-    user_model: str = "smollm2"
+    user_model: str = DEFAULT_AGENT_MODEL
     """Model name at that endpoint; litellm is called with `openai/<user_model>`."""
     user_api_key: str = "EMPTY"
     """Sent as a bearer token; litellm needs one even for a local endpoint."""
