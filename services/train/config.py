@@ -33,6 +33,11 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     hint_correction: Literal["none", "tis"] = "none"
     """`none`: hinted rollouts trained as if unhinted (the paper); `tis`: truncated importance
     weights unhinted / hinted on their tokens."""
+    heldout_tasks: Annotated[int, msgspec.Meta(ge=0)] = 8
+    """Test tasks of the environment each new adapter and the base model play, unhinted, to
+    measure the adapter's gain with a 95% interval (0: skip the check)."""
+    heldout_samples: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    """Seeds per held-out task."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains; auto: the GPU when torch sees one."""
     generation: Literal["local", "endpoint"] = "local"

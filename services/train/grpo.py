@@ -192,17 +192,43 @@ def rollout_group(
     sampler: Sampler | None = None,
 ) -> list[Rollout]:
     """One episode per seed of `task`, run in lockstep; scored, with their exact tokens.
-    Completions come from `sampler` (default: the policy itself, in process)."""
-    sampler = sampler or LocalSampler(policy)
-    episodes = [env.reset(task, seed) for seed in seeds]
+    The first `hint_share` of them see the episode's hint. Completions come from `sampler`
+    (default: the policy itself, in process)."""
     hinted = hinted_count(len(seeds), s.hint_share)
+    return rollout_episodes(
+        policy,
+        env,
+        [(task, seed) for seed in seeds],
+        s,
+        hinted=[i < hinted for i in range(len(seeds))],
+        system_prompt=system_prompt,
+        sample_seed=sample_seed,
+        sampler=sampler,
+    )
+
+
+def rollout_episodes(
+    policy: Policy,
+    env: Environment,
+    pairs: Sequence[tuple[TaskSpec, int]],
+    s: GRPOSettings,
+    *,
+    hinted: Sequence[bool] = (),
+    system_prompt: str = "",
+    sample_seed: int = 0,
+    sampler: Sampler | None = None,
+) -> list[Rollout]:
+    """One episode per (task, seed), run in lockstep; those flagged in `hinted` see their
+    episode's hint (when it has one)."""
+    sampler = sampler or LocalSampler(policy)
+    episodes = [env.reset(task, seed) for task, seed in pairs]
     histories: list[list[Message]] = []
     plain: list[Message] = []
     """Each rollout's system turn without the hint: what the loss sees."""
-    rollouts = [Rollout(task.id, seed, 0.0) for seed in seeds]
+    rollouts = [Rollout(task.id, seed, 0.0) for task, seed in pairs]
     for i, episode in enumerate(episodes):
         system = "\n\n".join(p for p in (system_prompt.strip(), episode.system_prompt) if p)
-        hint = hint_of(episode) if i < hinted else ""
+        hint = hint_of(episode) if i < len(hinted) and hinted[i] else ""
         rollouts[i].hinted = bool(hint)
         plain.append(Message(role="system", content=system))
         shown = Message(role="system", content=with_guidance(system, hint))

@@ -31,6 +31,7 @@ from sqlalchemy import func, select, update
 from services.train.config import TrainConfig
 from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
 from services.train.grpo import GRPOSettings, Policy, lora_policy
+from services.train.heldout import HeldoutSettings, heldout
 from services.train.sampling import EndpointSampler, Sampler
 from services.train.trainer import Budget, Checkpoints, Progress, train
 from shared.bus.delivery import Handler, HandlerContext
@@ -147,7 +148,7 @@ class TrainHandlers:
             )
         )
         try:
-            progress, policy = await asyncio.shield(work)
+            progress, policy, checked = await asyncio.shield(work)
         except asyncio.CancelledError:
             stop.set()  # the thread ends after its current step, checkpointed; wait for it
             await asyncio.wait([work])  # here, while the endpoint client still works
@@ -162,7 +163,9 @@ class TrainHandlers:
             lease.cancel()
         if progress.step < budget.steps(settings):
             raise TrainStopped(f"job {job.id} stopped at step {progress.step}")
-        await self._register(ctx, job, agent, capability, env_row, settings, progress, policy)
+        await self._register(
+            ctx, job, agent, capability, env_row, settings, progress, policy, checked
+        )
 
     async def _validate(
         self, ctx: HandlerContext, job: TrainingJob
@@ -276,7 +279,8 @@ class TrainHandlers:
         on_step: Any,
         stop: threading.Event,
         sampler: Callable[[Policy], Sampler] | None,
-    ) -> tuple[Progress, Any]:
+    ) -> tuple[Progress, Any, dict[str, Any]]:
+        """The run's progress, the policy, and the held-out check once the budget is spent."""
         import torch
 
         if self.cfg.threads:
@@ -298,7 +302,14 @@ class TrainHandlers:
         finally:
             if chosen is not None:
                 chosen.close()
-        return progress, policy
+        checked: dict[str, Any] = {}
+        if progress.step >= budget.steps(settings) and self.cfg.heldout_tasks:
+            h = HeldoutSettings(
+                tasks=self.cfg.heldout_tasks, samples=self.cfg.heldout_samples, seed=settings.seed
+            )
+            checked = heldout(policy, env, settings, h, system_prompt=system_prompt)
+            log.info("held-out check", **{k: v for k, v in checked.items() if k != "ci95"})
+        return progress, policy, checked
 
     def _device(self) -> str:
         import torch
@@ -382,6 +393,7 @@ class TrainHandlers:
         settings: GRPOSettings,
         progress: Progress,
         policy: Any,
+        checked: dict[str, Any],
     ) -> None:
         skill = capability.name if capability else env_row.name.split("/")[-1]
         version = 1 + (
@@ -411,6 +423,7 @@ class TrainHandlers:
             },
             training_curve=progress.curve,
             status="trained",
+            heldout=checked,
         )
         ctx.session.add(adapter)
         await ctx.session.flush()

@@ -232,6 +232,11 @@ class Adapter(TenantOwned, Base):
     lora_config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     training_curve: Mapped[list[Any]] = mapped_column(default=list)
     status: Mapped[str] = mapped_column(String(16), default="training")
+    heldout: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, server_default=text("'{}'::jsonb")
+    )
+    """The adapter against the base model on its environment's held-out test tasks, unhinted:
+    means, the gain with its 95% interval (services/train/heldout.py)."""
     created_at: Mapped[datetime] = _created()
 
 

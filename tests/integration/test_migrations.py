@@ -96,4 +96,4 @@ async def test_concurrent_upgrades_do_not_collide(database_url: str, schema: str
     async with engine.connect() as conn:
         version = await conn.scalar(text(f'SELECT version_num FROM "{schema}".alembic_version'))
     await engine.dispose()
-    assert version == "0002"
+    assert version == "0003"

@@ -163,6 +163,9 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
     assert adapter.status == "loaded" and adapter.base_model == str(tiny_model)
     assert [c["step"] for c in adapter.training_curve] == [1, 2]
     assert adapter.training_curve[-1]["rollouts"] == 4
+    # the held-out check ran on the environment's test tasks, both models on the same pairs
+    assert adapter.heldout["episodes"] == adapter.heldout["tasks"] * 2 == 16
+    assert {"base_mean", "adapter_mean", "gain", "ci95", "p", "better"} <= set(adapter.heldout)
     saved = Path(adapter.artifact_uri)
     assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
     assert (saved / "adapter_model.safetensors").exists()
