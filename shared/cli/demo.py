@@ -29,8 +29,15 @@ CPU_DEFAULTS = {
     "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
     "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "4",
     "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "1",
-    # GRPO groups of 8 (the paper's 16): a 32-rollout budget is then 4 optimizer steps.
+    # GRPO groups of 8 (the paper's 16): a 32-rollout budget is then 4 optimizer steps, with
+    # at most 3 turns of 96 tokens per synthetic episode.
     "RETRACE_TRAIN_GROUP_SIZE": "8",
+    "RETRACE_TRAIN_MAX_NEW_TOKENS": "96",
+    "RETRACE_TRAIN_MAX_TURNS": "3",
+    # The held-out check of each adapter: 6 test tasks x 2 seeds, each played by the adapter
+    # and by the base model.
+    "RETRACE_TRAIN_HELDOUT_TASKS": "6",
+    "RETRACE_TRAIN_HELDOUT_SAMPLES": "2",
     # serve-model batches without continuous batching: on a busy CPU a request can wait for a
     # whole batch of long generations before its own; a timeout would throw that work away.
     "RETRACE_MODEL_REQUEST_TIMEOUT": "1800",
@@ -51,16 +58,16 @@ def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> i
 
 
 @click.command("demo")
-@click.option("--diagnose-tasks", type=int, default=16, show_default=True)
+@click.option("--diagnose-tasks", type=int, default=12, show_default=True)
 @click.option("--diagnose-trials", type=int, default=2, show_default=True)
-@click.option("--eval-tasks", type=int, default=16, show_default=True)
+@click.option("--eval-tasks", type=int, default=12, show_default=True)
 @click.option("--eval-trials", type=int, default=2, show_default=True)
 @click.option("--budget", type=int, default=32, show_default=True, help="Rollouts per adapter.")
 @click.option("--max-tokens", type=int, default=128, show_default=True, help="Per model turn.")
 @click.option(
     "--max-capabilities",
     type=int,
-    default=2,
+    default=1,
     show_default=True,
     help="Adapters trained: the diagnosis's best N capabilities.",
 )

@@ -46,8 +46,10 @@ async def _snapshot(cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID) -> dic
                 + (f", reward {reward:.2f}" if reward is not None else "")
                 + f" ({j.status})"
             )
+        adapters = await session.scalars(select(Adapter).where(Adapter.cycle_id == cycle_id))
         return {
             "state": cycle.state,
+            "heldout": {a.name: a.heldout for a in adapters if a.heldout},
             "rollouts": rollouts or 0,
             "training": ", ".join(steps),
             "reason": cycle.reason,
@@ -91,7 +93,23 @@ async def run_improve(
     raise click.ClickException(f"cycle {cycle_id} did not end in time: see `retrace status`")
 
 
+def heldout_lines(snap: dict[str, Any]) -> list[str]:
+    """Each adapter against the base model on its environment's held-out synthetic tasks."""
+    out = []
+    for name, h in (snap.get("heldout") or {}).items():
+        low, high = h["ci95"]
+        out.append(
+            f"{name}: held-out synthetic tasks ({h['episodes']} episodes, unhinted) mean reward "
+            f"{h['base_mean']:.3f} (base) -> {h['adapter_mean']:.3f} (adapter), gain "
+            f"{h['gain']:+.3f} [95% CI {low:+.3f}, {high:+.3f}], p={h['p']:.3g}"
+            + (": better than the base" if h["better"] else ": not shown better than the base")
+        )
+    return out
+
+
 def print_report(snap: dict[str, Any]) -> None:
+    for line in heldout_lines(snap):
+        console.print(line)
     report = (snap.get("data") or {}).get("report")
     if not report:
         console.print(f"cycle {snap['state']}: {snap.get('error') or snap.get('reason')}")
@@ -151,6 +169,9 @@ def write_report(
         lines.append(f"![{caption}]({name})\n")
 
     lines = [f"# retrace cycle report\n\nState: {snap['state']}. {snap.get('reason') or ''}\n"]
+    held = heldout_lines(snap)
+    if held:
+        lines += ["## Adapters on held-out synthetic tasks\n", *(f"- {h}" for h in held), ""]
     if report:
         lines.append(
             "| configuration | episodes | pass rate | 95% CI | mean reward | training rollouts |"

@@ -28,7 +28,23 @@ def snap() -> dict[str, object]:
         "incumbent": "base",
         "rollouts_spent": {"base": 0, "routed": 64},
     }
-    return {"state": "completed", "reason": "ok", "data": {"report": report}}
+    heldout = {
+        "tasks": 6,
+        "samples": 2,
+        "episodes": 12,
+        "base_mean": 0.25,
+        "adapter_mean": 0.5,
+        "gain": 0.25,
+        "ci95": [0.1, 0.4],
+        "p": 0.002,
+        "better": True,
+    }
+    return {
+        "state": "completed",
+        "reason": "ok",
+        "data": {"report": report},
+        "heldout": {"bot--alarms--v1": heldout},
+    }
 
 
 def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
@@ -45,6 +61,8 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     assert "| routed | 12 | 100.0% |" in md and "| base | 12 | 0.0% |" in md
     assert md.count("| 64 |") == 1  # the routed set's training rollouts
     assert "McNemar p=" in md and "![pass rate per configuration](pass_rate.png)" in md
+    assert "## Adapters on held-out synthetic tasks" in md
+    assert "0.250 (base) -> 0.500 (adapter), gain +0.250 [95% CI +0.100, +0.400]" in md
     for png in ("pass_rate.png", "pass_rate_vs_rollouts.png", "reward_curves.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -55,6 +73,8 @@ def test_report_table_and_verdict(monkeypatch) -> None:  # type: ignore[no-untyp
     improve.print_report(snap())
     text = out.getvalue()
     assert "routed" in text and "100.0% [" in text and "promoted: routed beats base" in text
+    assert "bot--alarms--v1: held-out synthetic tasks (12 episodes, unhinted)" in text
+    assert "better than the base" in text
     out.truncate(0)
     improve.print_report({"state": "failed", "error": "no capability", "data": {}})
     assert "cycle failed: no capability" in out.getvalue()
