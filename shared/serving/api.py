@@ -48,6 +48,7 @@ from shared.serving.prompts import PromptBuilder
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
+TURN_END = "<|im_end|>"
 MAX_N = 16
 MIN_TEMPERATURE = 1e-3
 """Below this, float32 logits overflow when divided by the temperature."""
@@ -92,6 +93,9 @@ class ModelServer:
         self.max_context = max_context
         self.created = int(time.time())
         self.vocab = engine.model.get_input_embeddings().num_embeddings
+        vocab = prompts.tokenizer.get_vocab()
+        self.turn_end: int | None = vocab.get(TURN_END)
+        """The token that closes a ChatML turn, where a token prompt's cached prefix ends."""
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "retrace_model_requests_total",
@@ -304,7 +308,9 @@ class ModelServer:
             stop_token_ids=stop_ids,
         )
         self._check_fits(prompt_ids, params)
-        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
+        outputs = await self.engine.generate(
+            prompt_ids, params, adapter=adapter, n=req.n, prefix_len=self._first_turn(prompt_ids)
+        )
         self._count(req.model, "ok")
         choices = [_completion_choice(i, o, req) for i, o in enumerate(outputs)]
         written = sum(len(o.token_ids) + (o.stop_token is not None) for o in outputs)
@@ -320,6 +326,15 @@ class ModelServer:
             ),
         )
         return web.Response(body=msgspec.json.encode(response), content_type="application/json")
+
+    def _first_turn(self, ids: list[int]) -> int:
+        """Length of a prompt's first ChatML turn (0 when it has none). GRPO sends every turn of
+        every episode of an environment as token ids that open with the same system turn, so
+        the engine caches its keys and values once per adapter; the ids are the caller's own,
+        so any prefix of them is one a fresh call would also have."""
+        if self.turn_end is None or self.turn_end not in ids:
+            return 0
+        return ids.index(self.turn_end) + 1
 
     def _prompt_ids(self, prompt: list[int] | str) -> list[int]:
         if isinstance(prompt, str):

@@ -235,3 +235,50 @@ async def test_a_run_through_the_endpoint_learns_and_resumes_exactly(
     ]
     for a, b in zip(adapter_weights(straight), adapter_weights(resumed), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+async def test_token_prompts_reuse_their_cached_system_turn(
+    llm: LLMClient, served: tuple[Any, Engine], tiny_model: Path
+) -> None:
+    """GRPO's token prompts open with the environment's system turn: the endpoint prefills it
+    once and reuses it, and what it samples and scores is what it would without the cache."""
+    from shared.serving.sampling import SamplingParams
+
+    policy = lora_policy(str(tiny_model), RUN)
+    system = Message(role="system", content="You run a phone's alarms and reminders. " * 12)
+    prompts = [
+        policy.builder.build(
+            ChatRequest(model="policy", messages=[system, Message(role="user", content=text)])
+        )[0]
+        for text in ("Wake me at 7.", "Remind me to call mum tomorrow at noon.")
+    ]
+    _, engine = served
+    before = engine.stats.prefix_hits
+    replies = [
+        (
+            await llm.complete(
+                CompletionRequest(
+                    model=engine_name(served),
+                    prompt=ids,
+                    max_tokens=10,
+                    temperature=0,
+                    logprobs=0,
+                    return_token_ids=True,
+                )
+            )
+        ).choices[0]
+        for ids in prompts
+    ]
+    assert engine.stats.prefix_hits >= before + 1  # the second prompt reused the first's turn
+    for ids, reply in zip(prompts, replies, strict=True):
+        [cold] = await engine.generate(
+            ids, SamplingParams(temperature=0, max_tokens=10, logprobs=True)
+        )
+        assert reply.token_ids is not None and reply.logprobs is not None
+        assert reply.token_ids[: len(cold.token_ids)] == cold.token_ids
+        for warm, fresh in zip(reply.logprobs.token_logprobs, cold.logprobs, strict=False):
+            assert abs(warm - fresh.logprob) < 1e-4
+
+
+def engine_name(served: tuple[Any, Engine]) -> str:
+    return str(served[0].served_name)
