@@ -27,6 +27,9 @@ Write the environment as ONE JSON object with two keys, "template" and "checks".
   number). The LAST call must expect at least one argument.
 - "reply": what the assistant finally tells the user.
 - "values": name -> text the final reply must contain.
+- "hints": 1 to 3 short pieces of guidance for the assistant that point at what the
+  capability needs ("Find the person's number with search_contacts before texting"), never
+  at a task's own values: no {slot} in a hint.
 Texts and argument values refer to slots as {slot} or {slot.field}. Use only the tools listed,
 with their exact argument names. Make the request need the capability: e.g. for looking
 things up first, leave out the detail the lookup finds.
@@ -51,7 +54,8 @@ before texting someone named by first name"):
     {"tool": "send_message", "arguments": {"phone_number": "{person.phone}", "body": "{note}"},
      "expect": {"phone_number": "phone", "body": "has"}}],
   "reply": "I texted {person.name}: {note}.",
-  "values": {"recipient": "{person.first}"}},
+  "values": {"recipient": "{person.first}"},
+  "hints": ["You only know the person's first name: look their number up first."]},
  "checks": [
   {"kind": "looked_up_first", "weight": 0.3, "tool": "search_contacts", "before": "send_message"},
   {"kind": "called_tool", "weight": 0.4, "tool": "send_message", "keys": ["phone_number", "body"]},

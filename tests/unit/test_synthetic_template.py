@@ -140,6 +140,9 @@ def test_argument_types_survive_a_lone_placeholder() -> None:
             {"calls": [Call(tool="search_contacts", arguments={"query": "{person.first}"})]},
             "expects no argument",
         ),
+        ({"hints": ["Text {person.first} after looking them up"]}, "cannot name a slot"),
+        ({"hints": ["x" * 301]}, "give 1 to 300 characters"),
+        ({"hints": ["a", "b", "c", "d"]}, "4 hints (at most 3)"),
     ],
 )
 def test_template_problems_are_named(change: dict[str, object], problem: str) -> None:
@@ -175,3 +178,14 @@ def test_arguments_a_tool_rejects_show_up_in_the_reference_replay() -> None:
     )
     problems = check_deterministic(spec(bad_time), range(2))
     assert problems and all("not 1.0" in p for p in problems), problems
+
+
+def test_the_writer_s_hints_join_each_task_s_hint_without_its_values() -> None:
+    hinted = msgspec.structs.replace(
+        TEXT_A_CONTACT, hints=["You only know a first name: look the number up first."]
+    )
+    env = SyntheticEnvironment(spec(hinted))
+    for task in env.tasks()[:10]:
+        hint = env.reset(task, 1).hint
+        assert "look the number up first" in hint and "<tool_call>" in hint
+        assert task.data["request"] not in hint

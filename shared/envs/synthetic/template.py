@@ -42,6 +42,8 @@ _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 MINUTES = (0, 10, 15, 20, 30, 40, 45, 50)
 MAX_SLOTS = 8
 MAX_CALLS = 6
+MAX_HINTS = 3
+MAX_HINT = 300
 
 
 def template_problems(t: ScenarioTemplate) -> list[str]:
@@ -61,6 +63,16 @@ def template_problems(t: ScenarioTemplate) -> list[str]:
             problems.append(f"{what}: options cannot hold placeholders")
         if slot.kind == "integer" and not slot.low < slot.high:
             problems.append(f"{what}: an integer needs low < high, got [{slot.low}, {slot.high}]")
+    for index, hint in enumerate(t.hints):
+        if PLACEHOLDER.search(hint):
+            problems.append(
+                f"template hint {index}: a hint cannot name a slot (it must not give the task's "
+                "values away)"
+            )
+        if not hint.strip() or len(hint) > MAX_HINT:
+            problems.append(f"template hint {index}: give 1 to {MAX_HINT} characters")
+    if len(t.hints) > MAX_HINTS:
+        problems.append(f"template: {len(t.hints)} hints (at most {MAX_HINTS})")
     if not t.requests:
         problems.append("template: no request phrasings")
     if not t.calls:
