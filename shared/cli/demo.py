@@ -9,11 +9,13 @@ started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -113,50 +115,9 @@ def demo(
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     for name, value in CPU_DEFAULTS.items():
         os.environ.setdefault(name, value)  # the services `retrace up` starts inherit these
-    log = Path(os.environ.get("RETRACE_STORAGE_DATA_DIR", ".retrace")) / "demo-up.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as sink:
-        up = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "shared.cli.main",
-                "up",
-                "--ready-timeout",
-                str(ready_timeout),
-                "--port-offset",
-                str(port_offset),
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
     started = time.monotonic()
-    try:
-        deadline = time.monotonic() + ready_timeout + 60
-        while "all services healthy" not in log.read_text():
-            if up.poll() is not None:
-                raise click.ClickException(f"`retrace up` exited ({up.returncode}); see {log}")
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"services did not become healthy; see {log}")
-            time.sleep(2)
-        console.print(f"services up in {time.monotonic() - started:.0f}s (log: {log})")
-        listed = subprocess.run(
-            [sys.executable, "-m", "shared.cli.main", "agent", "list"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if AGENT not in listed.stdout:
-            _retrace(
-                "agent",
-                "create",
-                AGENT,
-                "--model",
-                DEFAULT_AGENT_MODEL,
-                "--env",
-                "toolbox",
-                check=True,
-            )
+    with running_up(ready_timeout, port_offset, "demo-up.log"):
+        ensure_agent(AGENT, DEFAULT_AGENT_MODEL, "toolbox")
         code = _retrace(
             "improve",
             AGENT,
@@ -174,6 +135,34 @@ def demo(
             f"demo finished in {time.monotonic() - started:.0f}s "
             f"({'cycle completed' if code == 0 else 'cycle failed: see the reason above'})"
         )
+
+
+@contextlib.contextmanager
+def running_up(ready_timeout: float, port_offset: int, log_name: str) -> Iterator[None]:
+    """`retrace up` in the background until the block ends, healthy before it starts; its
+    output goes to `<data dir>/<log_name>`. Everything it started is stopped afterwards."""
+    log = Path(os.environ.get("RETRACE_STORAGE_DATA_DIR", ".retrace")) / log_name
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        up = subprocess.Popen(
+            [
+                sys.executable, "-m", "shared.cli.main", "up",
+                "--ready-timeout", str(ready_timeout), "--port-offset", str(port_offset),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    started = time.monotonic()
+    try:
+        deadline = time.monotonic() + ready_timeout + 60
+        while "all services healthy" not in log.read_text():
+            if up.poll() is not None:
+                raise click.ClickException(f"`retrace up` exited ({up.returncode}); see {log}")
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"services did not become healthy; see {log}")
+            time.sleep(2)
+        console.print(f"services up in {time.monotonic() - started:.0f}s (log: {log})")
+        yield
     finally:
         up.send_signal(signal.SIGTERM)
         try:
@@ -181,3 +170,15 @@ def demo(
         except subprocess.TimeoutExpired:
             up.kill()
         _retrace("down")
+
+
+def ensure_agent(name: str, model: str, environment: str) -> None:
+    """The default tenant's agent `name`, created on `environment` unless it exists."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "shared.cli.main", "agent", "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if name not in listed.stdout:
+        _retrace("agent", "create", name, "--model", model, "--env", environment, check=True)

@@ -59,14 +59,32 @@ async def _snapshot(cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID) -> dic
 
 
 async def run_improve(
-    cfg: ServiceConfig, tenant: str, agent_name: str, settings: CycleSettings, wait_s: float
+    cfg: ServiceConfig,
+    tenant: str,
+    agent_name: str,
+    settings: CycleSettings,
+    wait_s: float,
+    cycle_id: uuid.UUID | None = None,
 ) -> tuple[uuid.UUID, dict[str, Any]]:
+    """Request a cycle (`cycle_id`, or a new id) and follow it until it ends."""
+    cycle_id = cycle_id or uuid.uuid4()
+    await request_cycle(cfg, tenant, agent_name, settings, cycle_id)
+    return cycle_id, await follow_cycle(cfg, tenant, cycle_id, wait_s)
+
+
+async def request_cycle(
+    cfg: ServiceConfig,
+    tenant: str,
+    agent_name: str,
+    settings: CycleSettings,
+    cycle_id: uuid.UUID,
+) -> None:
+    """Publish the cycle's request (idempotent: the message id is the cycle's)."""
     nats_url, _ = urls(cfg, start=False)
     if not nats_url:
         raise click.ClickException("nothing is running: start the services first with `retrace up`")
     async with open_store(cfg) as store, store.tenant(tenant) as session:
         agent = await get_agent(session, agent_name)
-    cycle_id = uuid.uuid4()
     bus = await NatsBus.connect(nats_url, cfg.nats)
     try:
         await bus.publish(
@@ -76,6 +94,12 @@ async def run_improve(
         )
     finally:
         await bus.close()
+
+
+async def follow_cycle(
+    cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID, wait_s: float
+) -> dict[str, Any]:
+    """The cycle's snapshot once it has ended, its progress shown meanwhile."""
     deadline = time.monotonic() + wait_s
     started = time.monotonic()
     with console.status("cycle requested") as status:
@@ -88,7 +112,7 @@ async def run_improve(
                 + f"  {elapsed:.0f}s"
             )
             if snap["state"] in ENDED:
-                return cycle_id, snap
+                return snap
             await asyncio.sleep(2.0)
     raise click.ClickException(f"cycle {cycle_id} did not end in time: see `retrace status`")
 
