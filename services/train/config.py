@@ -33,6 +33,9 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     hint_correction: Literal["none", "tis"] = "none"
     """`none`: hinted rollouts trained as if unhinted (the paper); `tis`: truncated importance
     weights unhinted / hinted on their tokens."""
+    format_bonus: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    """Reward added for the share of a rollout's tool-calling turns written in the canonical
+    tagged form (what vLLM's tool parser reads); 0: the environment's reward alone."""
     heldout_tasks: Annotated[int, msgspec.Meta(ge=0)] = 8
     """Test tasks of the environment each new adapter and the base model play, unhinted, to
     measure the adapter's gain with a 95% interval (0: skip the check)."""

@@ -82,6 +82,9 @@ class GRPOSettings:
     their tokens weighted by the truncated importance ratio unhinted / hinted."""
     tis_cap: float = 2.0
     """Upper bound of that ratio."""
+    format_bonus: float = 0.0
+    """Added to a rollout's reward for the advantage, times the share of its tool-calling
+    turns written in the canonical tagged form (0: the environment's reward alone)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -97,6 +100,8 @@ class GRPOSettings:
             raise ValueError(f"hint_correction must be none or tis, got {self.hint_correction!r}")
         if not self.tis_cap >= 1.0:
             raise ValueError(f"tis_cap must be at least 1, got {self.tis_cap}")
+        if not 0.0 <= self.format_bonus <= 1.0:
+            raise ValueError(f"format_bonus must be in [0, 1], got {self.format_bonus}")
 
 
 @dataclass
@@ -124,6 +129,16 @@ class Rollout:
     """Why the episode ended: done, max_turns, too_long, environment_error."""
     hinted: bool = False
     """Its system turn carried the episode's hint while it was sampled."""
+    forms: list[str | None] = field(default_factory=list)
+    """Per turn, how its tool calls were written (tagged, fenced, bare), None for text."""
+
+    def trained_reward(self, s: GRPOSettings) -> float:
+        """The reward its advantage is computed from: the environment's, plus the format
+        bonus for the share of its tool-calling turns written in the canonical form."""
+        calling = [form for form in self.forms if form is not None]
+        if not calling or not s.format_bonus:
+            return self.reward
+        return self.reward + s.format_bonus * calling.count("tagged") / len(calling)
 
 
 @dataclass(frozen=True)
@@ -168,16 +183,19 @@ class Policy:
         target = torch.tensor(turn.completion_ids, device=self.device)
         return logp.gather(1, target[:, None])[:, 0]
 
-    def to_message(self, completion: list[int], tools: Collection[str] = ()) -> Message:
+    def to_message(
+        self, completion: list[int], tools: Collection[str] = ()
+    ) -> tuple[Message, str | None]:
         """The assistant message the server would return for this completion, when the
-        request offered the functions named in `tools`."""
+        request offered the functions named in `tools`, and the form its calls took."""
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         parsed = parse_reply(text, tools)
         calls = [
             ToolCall(id=f"call_{i}", function=ToolCallFunction(name=c.name, arguments=c.arguments))
             for i, c in enumerate(parsed.calls)
         ]
-        return Message(role="assistant", content=parsed.content, tool_calls=calls or None)
+        message = Message(role="assistant", content=parsed.content, tool_calls=calls or None)
+        return message, parsed.form
 
 
 def rollout_group(
@@ -262,7 +280,8 @@ def rollout_episodes(
                 )
                 unhinted, _ = policy.builder.build(request)
             rollouts[i].turns.append(Turn(prompts[i], completion, unhinted))
-            message = policy.to_message(completion, tool_names(episodes[i].tools))
+            message, form = policy.to_message(completion, tool_names(episodes[i].tools))
+            rollouts[i].forms.append(form)
             histories[i].append(message)
             try:
                 result = episodes[i].step(message)
@@ -303,7 +322,7 @@ def policy_step(
     weighted: list[tuple[Rollout, float]] = []
     used = 0
     for group in groups:
-        group_adv = advantages([r.reward for r in group], s.scale_rewards)
+        group_adv = advantages([r.trained_reward(s) for r in group], s.scale_rewards)
         if group_adv is not None:
             used += 1
             weighted += [(r, a) for r, a in zip(group, group_adv, strict=True) if a != 0.0]

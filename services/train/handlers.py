@@ -82,6 +82,7 @@ class TrainHandlers:
             "hint_share": c.hint_share or 0.0,
             "hint_correction": c.hint_correction,
             "tis_cap": GRPOSettings.tis_cap,
+            "format_bonus": c.format_bonus,
         }
         if not isinstance(overrides, dict):
             raise PermanentError(f"job config `grpo` must be an object, not {overrides!r}")

@@ -165,3 +165,19 @@ def test_tis_weights_are_the_truncated_ratio(tokenizer: Any) -> None:
     torch.testing.assert_close(weights, torch.exp(unhinted - hinted).clamp(max=1.5))
     assert float(weights.max()) <= 1.5
     assert _hint_weights(policy, group[3].turns[0], unhinted, s) == 1.0  # unhinted rollout
+
+
+def test_the_format_bonus_rewards_the_canonical_form_only_when_asked(tokenizer: Any) -> None:
+    def rollout(forms: list[str | None]) -> Rollout:
+        return Rollout("t", 0, 0.5, turns=[], forms=forms)
+
+    plain, bonus = HINTED, GRPOSettings(**{**HINTED.__dict__, "format_bonus": 0.1})
+    tagged, bare, text = rollout(["tagged", None]), rollout(["bare", "tagged"]), rollout([None])
+    assert [r.trained_reward(plain) for r in (tagged, bare, text)] == [0.5, 0.5, 0.5]
+    assert [r.trained_reward(bonus) for r in (tagged, bare, text)] == pytest.approx(
+        [0.6, 0.55, 0.5]
+    )
+    # rollouts record the form of each turn as the parser read it
+    policy = tiny_policy(tokenizer, HINTED)
+    group = rollout_group(policy, ENV, ENV.tasks()[0], [1, 2], HINTED, sample_seed=3)
+    assert all(len(r.forms) == len(r.turns) for r in group)
