@@ -161,6 +161,7 @@ def test_adjust_moves_the_hint_share_first() -> None:
     assert up.hint_share == 0.5 and up.knobs == spec.knobs
     eased = adjust(up, hard)  # at the ceiling: the knobs get easier instead
     assert eased.hint_share == 0.5 and eased.knobs != spec.knobs
+    # too easy: fewer hints and harder knobs at once (hints only ever help)
     down = adjust(up, easy)
-    assert down.hint_share == 0.25 and down.knobs == spec.knobs
-    assert adjust(adjust(down, easy), easy).knobs != spec.knobs  # hints off, then harder knobs
+    assert down.hint_share == 0.25 and down.knobs == adjust(spec, easy, NO_HINTS).knobs
+    assert adjust(down, easy).hint_share == 0.0

@@ -10,8 +10,9 @@ Hints: when the first `hinted` samples of every group saw the task's hint (as th
 GRPO group will), the rule judges the groups as GRPO will see them, hinted and unhinted
 together, so an environment whose unhinted samples all score 0 is accepted when the hinted
 ones give its groups variance; the hinted and unhinted rates are reported apart. The hint
-share is the first lever `adjust` pulls: up (to `max_hint_share`) before the knobs get
-easier, down before they get harder.
+share is the first lever `adjust` pulls when an environment is too hard: up (to
+`max_hint_share`) before the knobs get easier, since hints leave the tasks as they are. When
+it is too easy the hint share drops a step and the knobs get harder at once.
 """
 
 from __future__ import annotations
@@ -191,9 +192,9 @@ def _hard_reasons(
 def adjust(
     spec: SyntheticSpec, result: CalibrationResult, config: CalibrationConfig = DEFAULT_CONFIG
 ) -> SyntheticSpec:
-    """The spec one step harder or easier, revision bumped: the hint share moves first (up
-    when too hard, while below `max_hint_share`; down when too easy, while above 0), else
-    every knob its family tunes moves one step.
+    """The spec one step harder or easier, revision bumped. Too hard: the hint share rises a
+    step while below `max_hint_share`, else every knob its family tunes moves one step
+    easier. Too easy: the hint share drops a step and every tuned knob moves one step harder.
 
     An accepted result returns the spec unchanged. Knobs stop at their bounds (and
     `distractor_tools` at the number of distractor tools the spec lists); when every knob is
@@ -205,10 +206,9 @@ def adjust(
     share = spec.hint_share
     if sign < 0 and share < config.max_hint_share - config.tolerance:
         share = min(config.max_hint_share, share + config.hint_step)
-    elif sign > 0 and share > config.tolerance:
-        share = max(0.0, share - config.hint_step)
-    if share != spec.hint_share:
         return msgspec.structs.replace(spec, hint_share=round(share, 4), revision=spec.revision + 1)
+    if sign > 0:
+        share = max(0.0, share - config.hint_step)
     family = family_of(spec)
     moved: dict[str, Any] = {}
     for knob in family.tunes if family else ():
@@ -219,4 +219,6 @@ def adjust(
         target = min(high, max(low, value + sign * step))
         moved[knob] = int(target) if isinstance(value, int) else round(float(target), 4)
     knobs = msgspec.structs.replace(spec.knobs, **moved)
-    return msgspec.structs.replace(spec, knobs=knobs, revision=spec.revision + 1)
+    return msgspec.structs.replace(
+        spec, knobs=knobs, hint_share=round(share, 4), revision=spec.revision + 1
+    )
