@@ -26,14 +26,17 @@ from shared.serving.packaged import DEFAULT_AGENT_MODEL
 console = make_console()
 AGENT = "demo-bot"
 CPU_DEFAULTS = {
-    # Calibration rollouts on a CPU: 4 tasks x 4 samples per synthesized environment, one
-    # adjustment round (the services' own defaults are the paper's 100 x 16, up to 5 rounds).
+    # Calibration rollouts on a CPU: 4 tasks x 4 samples per synthesized environment (one
+    # batch), up to 3 adjustment rounds (the services' own defaults are the paper's 100 x 16,
+    # up to 5 rounds).
     "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
     "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "4",
-    "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "1",
-    # GRPO groups of 8 (the paper's 16): a 32-rollout budget is then 4 optimizer steps, with
-    # at most 3 turns of 96 tokens per synthetic episode.
-    "RETRACE_TRAIN_GROUP_SIZE": "8",
+    "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "3",
+    # GRPO groups of 4 (the paper's 16): a 32-rollout budget is then 8 optimizer steps, with
+    # at most 3 turns of 96 tokens per synthetic episode. With so few steps the paper's
+    # learning rate (1e-5) would leave the adapter where it started; LoRA takes 1e-4.
+    "RETRACE_TRAIN_GROUP_SIZE": "4",
+    "RETRACE_TRAIN_LEARNING_RATE": "1e-4",
     "RETRACE_TRAIN_MAX_NEW_TOKENS": "96",
     "RETRACE_TRAIN_MAX_TURNS": "3",
     # The held-out check of each adapter: 6 test tasks x 2 seeds, each played by the adapter
