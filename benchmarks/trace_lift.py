@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -267,11 +268,7 @@ def plots(collected: dict[str, Any], rows: list[dict[str, Any]], stem: Path) -> 
                     xytext=(4, 4), textcoords="offset points")  # fmt: skip
     ax.set_xlabel("training rollouts spent")
     ax.set_ylabel("pass rate on the test split (95% CI)")
-    fig.tight_layout()
-    path = stem.with_name(stem.name + "_pass_rate.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(fig, stem, "pass_rate"))
     held = collected["heldout"]
     if held:
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -285,12 +282,18 @@ def plots(collected: dict[str, Any], rows: list[dict[str, Any]], stem: Path) -> 
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel("held-out synthetic reward gain over base (95% CI)")
-        fig.tight_layout()
-        path = stem.with_name(stem.name + "_capability_gains.png")
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, stem, "capability_gains"))
     return written
+
+
+def _save(fig: Any, stem: Path, name: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = stem.with_name(f"{stem.name}_{name}.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def markdown(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> str:
@@ -341,15 +344,15 @@ def main() -> None:
             for name, value in CPU_DEFAULTS.items():
                 os.environ.setdefault(name, value)
     started = time.monotonic()
-    if args.attach:
+    services = (
+        contextlib.nullcontext()
+        if args.attach
+        else running_up(600.0, args.port_offset, "trace-lift-up.log")
+    )
+    with services:
         ensure_agent(AGENT, args.model, args.env)
         cycle_id = asyncio.run(_run_cycle(args, settings))
         collected = asyncio.run(_collect(cycle_id))
-    else:
-        with running_up(600.0, args.port_offset, "trace-lift-up.log"):
-            ensure_agent(AGENT, args.model, args.env)
-            cycle_id = asyncio.run(_run_cycle(args, settings))
-            collected = asyncio.run(_collect(cycle_id))
     rows, pairs = table(collected)
     stem = args.out / f"trace_lift_{args.config}"
     args.out.mkdir(parents=True, exist_ok=True)
