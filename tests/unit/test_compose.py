@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from shared.config import ServiceConfig
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -395,7 +396,9 @@ def test_vllm_serves_runtime_loras(services: dict[str, dict[str, Any]]) -> None:
         "--port 8000",
     ):
         assert flag in cmd, flag
-    assert "SmolLM2-135M-Instruct" in cmd
+    # the default agent model, under the name agents use for it
+    assert "Qwen/Qwen2.5-Coder-0.5B-Instruct" in cmd
+    assert f"--served-model-name ${{RETRACE_VLLM_SERVED_NAME:-{DEFAULT_AGENT_MODEL}}}" in cmd
     assert _env(vllm).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True"
     assert "8000:8000" in [str(p) for p in vllm.get("ports") or []]
 
