@@ -32,6 +32,8 @@ CPU_DEFAULTS = {
     "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
     "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "4",
     "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "3",
+    # Calibration samples the policy as GRPO will: turns of at most 96 tokens.
+    "RETRACE_SYNTHESIZE_MAX_TOKENS": "96",
     # GRPO groups of 4 (the paper's 16): a 32-rollout budget is then 8 optimizer steps, with
     # at most 3 turns of 96 tokens per synthetic episode. With so few steps the paper's
     # learning rate (1e-5) would leave the adapter where it started; LoRA takes 1e-4.
