@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def test_smollm2_plays_a_short_tau2_episode(llm: LLMClient) -> None:
-    env = Tau2Environment("retail", Tau2Config(user_url=llm.base_url, user_max_tokens=32))
+    config = Tau2Config(user_url=llm.base_url, user_model="smollm2", user_max_tokens=32)
+    env = Tau2Environment("retail", config)
     task = next(t for t in env.tasks() if t.split == "train")
     result = await run_episode(
         llm,
