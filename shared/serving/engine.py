@@ -282,6 +282,8 @@ class Engine:
 
     def _serve(self, batch: list[Request], prefix: tuple[int, ...] = ()) -> None:
         started = time.perf_counter()
+        # Counted before its rows are answered, so a caller that got its answer sees it.
+        self.stats.batches += 1
         try:
             with self._adapter(batch[0].adapter):
                 self._generate(batch, prefix)
@@ -290,7 +292,6 @@ class Engine:
             for request in batch:
                 if not request.future.done():
                     request.loop.call_soon_threadsafe(_settle, request.future, None, exc)
-        self.stats.batches += 1
         self.stats.busy_seconds += time.perf_counter() - started
 
     @contextlib.contextmanager
