@@ -50,8 +50,9 @@ CPU_DEFAULTS = {
     "RETRACE_MODEL_REQUEST_TIMEOUT": "1800",
     # At most 6 agent turns per episode (the rollout service's default is 12).
     "RETRACE_ROLLOUT_MAX_TURNS": "6",
-    # Decoding on this CPU is bound by reading the weights once per step, whatever the batch:
-    # 24 episodes at once share one batch (they share the environment's system turn).
+    # 24 episodes at once: toolbox episodes share the system turn and so one batch. On 2
+    # cores throughput stays near 6.5 tokens/s at any concurrency (docs/benchmarks.md); this
+    # keeps every episode moving instead of queueing whole episodes.
     "RETRACE_ROLLOUT_EPISODES_AT_ONCE": "24",
 }
 """Settings the demo gives the services unless already set in the environment."""

@@ -238,10 +238,11 @@ class Engine:
 
         The oldest request's group (adapter and prefix) goes first, as many as fit. When
         requests of the same adapter but other prefixes wait too, and there are at least as
-        many of them, they join the batch and every row is prefilled whole: on a CPU, where a
-        decoding step costs about the same for one row as for many, one batch beats several
-        small ones in turn (a synthetic environment offers each task its own tools, so its
-        episodes' system turns differ)."""
+        many of them, they join the batch and every row is prefilled whole, rather than wait
+        for several small batches in turn (a synthetic environment offers each task its own
+        tools, so its episodes' system turns differ). Where a step's cost grows slower than
+        its rows (a GPU) that is throughput; on the 2-core CPU measured it is not
+        (docs/benchmarks.md, engines), only fewer requests waiting behind others."""
         with self._wake:
             while self._running and not self._pending and self._commands.empty():
                 self._wake.wait()
