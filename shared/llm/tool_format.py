@@ -33,7 +33,8 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)```", re.S)
 _DECODER = json.JSONDecoder()
 
 Form = Literal["tagged", "fenced", "bare"]
-FORMS: tuple[Form, ...] = ("tagged", "fenced", "bare")
+Found = tuple[tuple[int, int], list["ParsedCall | MalformedCall"]]
+"""A stretch of the text (start, end) and the calls read from it."""
 
 
 @cache
@@ -95,10 +96,11 @@ def parse_reply(text: str, tools: Collection[str] = ()) -> ParsedReply:
     if not tools:
         return ParsedReply(text.strip() or None)
     declared = frozenset(tools)
-    fenced = _parse_fenced(text, declared)
-    if fenced is not None:
-        return fenced
-    return _parse_bare(text, declared)
+    return (
+        _gather(text, _fenced(text, declared), "fenced")
+        or _gather(text, _bare(text, declared), "bare")
+        or ParsedReply(text.strip() or None)
+    )
 
 
 def _parse_tagged(text: str) -> ParsedReply:
@@ -121,43 +123,40 @@ def _parse_tagged(text: str) -> ParsedReply:
     return ParsedReply(content or None, calls, malformed, "tagged")
 
 
-def _parse_fenced(text: str, declared: frozenset[str]) -> ParsedReply | None:
-    """Calls in code fences; None when no fence holds JSON naming a declared tool."""
-    calls: list[ParsedCall] = []
-    malformed: list[MalformedCall] = []
-    spans: list[tuple[int, int]] = []
+def _fenced(text: str, declared: frozenset[str]) -> Iterator[Found]:
+    """Code fences and the declared-tool calls in each (a fence that is not JSON but names a
+    declared tool is one malformed call)."""
     for match in _FENCE.finditer(text):
         body = match.group(2).strip()
         try:
             obj = json.loads(body)
         except json.JSONDecodeError:
             if _names_declared(body, declared):
-                _collect([_parse_call(body)], calls, malformed)
-                spans.append(match.span())
+                yield match.span(), [_parse_call(body)]
             continue
-        found = [_call_of(item) for item in _objects(obj) if _declared_name(item, declared)]
-        if not found:
-            continue
-        spans.append(match.span())
-        _collect(found, calls, malformed)
-    if not spans:
-        return None
-    return _reply(text, spans, calls, malformed, "fenced")
+        yield match.span(), _calls_in(obj, declared)
 
 
-def _parse_bare(text: str, declared: frozenset[str]) -> ParsedReply:
+def _bare(text: str, declared: frozenset[str]) -> Iterator[Found]:
+    """JSON values written in the text and the declared-tool calls in each."""
+    for start, end, obj in _json_values(text):
+        yield (start, end), _calls_in(obj, declared)
+
+
+def _calls_in(obj: Any, declared: frozenset[str]) -> list[ParsedCall | MalformedCall]:
+    return [_call_of(item) for item in _objects(obj) if _declared_name(item, declared)]
+
+
+def _gather(text: str, pieces: Iterator[Found], form: Form) -> ParsedReply | None:
+    """The reply made of the pieces that hold calls; None when none does."""
     calls: list[ParsedCall] = []
     malformed: list[MalformedCall] = []
     spans: list[tuple[int, int]] = []
-    for start, end, obj in _json_values(text):
-        found = [_call_of(item) for item in _objects(obj) if _declared_name(item, declared)]
-        if not found:
-            continue
-        spans.append((start, end))
-        _collect(found, calls, malformed)
-    if not spans:
-        return ParsedReply(text.strip() or None)
-    return _reply(text, spans, calls, malformed, "bare")
+    for span, found in pieces:
+        if found:
+            spans.append(span)
+            _collect(found, calls, malformed)
+    return _reply(text, spans, calls, malformed, form) if spans else None
 
 
 def _reply(
