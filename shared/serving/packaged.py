@@ -9,16 +9,22 @@ order, another package of the same name) is refused with what was expected and w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from shared.errors import ConfigError
+from shared.logging import get_logger
 
+log = get_logger(__name__)
 CHUNK = 8 << 20
+MARKER = "retrace-converted.json"
+"""Written beside the converted weights, last: its presence means the conversion finished."""
 
 
 @dataclass(frozen=True)
@@ -95,25 +101,21 @@ def assembled_gguf(model: PackagedModel, parts: list[Path], workdir: Path) -> Pa
     `workdir`. Raises `ConfigError` when the size or checksum is not the catalogue's."""
     digest = hashlib.sha256()
     size = 0
-    if len(parts) == 1:
-        target = parts[0]
-        with target.open("rb") as src:
-            while chunk := src.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-    else:
+    concatenate = len(parts) > 1
+    target = workdir / model.gguf_name if concatenate else parts[0]
+    if concatenate:
         workdir.mkdir(parents=True, exist_ok=True)
-        target = workdir / model.gguf_name
-        with target.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as src:
-                    while chunk := src.read(CHUNK):
-                        digest.update(chunk)
-                        size += len(chunk)
+    with target.open("wb") if concatenate else contextlib.nullcontext() as out:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    if out is not None:
                         out.write(chunk)
     found = digest.hexdigest()
     if size != model.size or found != model.sha256:
-        if len(parts) > 1:
+        if concatenate:
             target.unlink(missing_ok=True)
         raise ConfigError(
             f"model {model.name}: the packaged weights are not the expected file (expected "
@@ -127,8 +129,7 @@ def converted(model: PackagedModel, cache_dir: Path) -> Path:
     """The model as a safetensors directory in `cache_dir`, converted once from its verified
     GGUF (fp32: transformers dequantizes GGUF weights on load)."""
     target = cache_dir / model.name
-    marker = target / MARKER
-    if marker.exists():
+    if (target / MARKER).exists():
         return target
     parts = part_paths(model)
     work = cache_dir / f".{model.name}.build-{os.getpid()}"
@@ -145,19 +146,10 @@ def converted(model: PackagedModel, cache_dir: Path) -> Path:
     return target
 
 
-MARKER = "retrace-converted.json"
-
-
 def _convert(gguf: Path, out: Path, model: PackagedModel) -> None:
-    import json
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from shared.logging import get_logger
-
-    get_logger(__name__).info(
-        "converting a packaged GGUF to safetensors (once)", model=model.name, source=str(gguf)
-    )
+    log.info("converting a packaged GGUF to safetensors (once)", model=model.name, source=str(gguf))
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     weights = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The weights are dequantized to fp32 on load; the GGUF quantizer left attached makes
