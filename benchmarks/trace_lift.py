@@ -199,9 +199,7 @@ def table(collected: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
     spent = collected["report"].get("rollouts_spent") or {}
     walls: dict[str, float] = {}
     for job in collected["training"]:
-        key = {"gepa": "baseline:gepa"}.get(job["kind"], "routed")
-        if job["capability"] is None and job["kind"] != "gepa":
-            key = "baseline:grpo_target"
+        key = _configuration_of(job)
         walls[key] = walls.get(key, 0.0) + float(job["wall_s"] or 0.0)
     outcomes = dict(collected["outcomes"])
     outcomes[ORACLE] = oracle_outcomes(outcomes)
@@ -242,6 +240,13 @@ def table(collected: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[st
                 }
             )
     return rows, pairs
+
+
+def _configuration_of(job: dict[str, Any]) -> str:
+    """The evaluated configuration a training job's adapter or prompt belongs to."""
+    if job["kind"] == "gepa":
+        return "baseline:gepa"
+    return "routed" if job["capability"] else "baseline:grpo_target"
 
 
 def plots(collected: dict[str, Any], rows: list[dict[str, Any]], stem: Path) -> list[Path]:

@@ -31,6 +31,13 @@ def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
+def tiny_policy(tokenizer: Any, s: Any, seed: int = 0) -> Any:
+    """The tiny model with a fresh LoRA adapter of the GRPO settings `s`, as a `Policy`."""
+    from services.train.grpo import lora_on
+
+    return lora_on(tiny_llama(tokenizer, seed), tokenizer, s)
+
+
 def save_tiny_model(directory: Any) -> Any:
     """The tiny model and SmolLM2's tokenizer saved as a model directory (for serve-model and
     the train service, which load models from disk)."""

@@ -16,7 +16,6 @@ from services.train.grpo import (  # noqa: E402
     Rollout,
     Turn,
     advantages,
-    lora_on,
     optimizer_for,
     policy_step,
     rollout_group,
@@ -24,7 +23,7 @@ from services.train.grpo import (  # noqa: E402
 from services.train.trainer import Budget, Checkpoints, train  # noqa: E402
 from shared.envs.synthetic import SyntheticEnvironment, family_spec  # noqa: E402
 from tests.support.length_env import LengthEnvironment  # noqa: E402
-from tests.support.tiny_model import smollm2_tokenizer, tiny_llama  # noqa: E402
+from tests.support.tiny_model import smollm2_tokenizer, tiny_policy  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
@@ -32,10 +31,6 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
     return smollm2_tokenizer()
-
-
-def tiny_policy(tokenizer: Any, s: GRPOSettings) -> Policy:
-    return lora_on(tiny_llama(tokenizer), tokenizer, s)
 
 
 SETTINGS = GRPOSettings(group_size=4, max_new_tokens=6, max_turns=2, rank=4, alpha=8)

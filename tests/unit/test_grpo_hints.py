@@ -15,14 +15,13 @@ from services.train.grpo import (  # noqa: E402
     Policy,
     Rollout,
     Turn,
-    lora_on,
     optimizer_for,
     policy_step,
     rollout_group,
 )
 from shared.envs.guidance import CLOSE, OPEN, hinted_count, hinted_trials  # noqa: E402
 from shared.envs.synthetic import SyntheticEnvironment, family_spec  # noqa: E402
-from tests.support.tiny_model import smollm2_tokenizer, tiny_llama  # noqa: E402
+from tests.support.tiny_model import smollm2_tokenizer, tiny_policy  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 ENV = SyntheticEnvironment(family_spec("set_alarm_at_time", "valid_tool_arguments"))
@@ -32,10 +31,6 @@ HINTED = GRPOSettings(group_size=4, max_new_tokens=6, max_turns=2, rank=4, alpha
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
     return smollm2_tokenizer()
-
-
-def tiny_policy(tokenizer: Any, s: GRPOSettings, seed: int = 0) -> Policy:
-    return lora_on(tiny_llama(tokenizer, seed), tokenizer, s)
 
 
 def test_hinted_counts() -> None:

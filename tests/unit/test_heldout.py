@@ -9,10 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="GRPO needs the train extra")
 
-from services.train.grpo import GRPOSettings, lora_on  # noqa: E402
+from services.train.grpo import GRPOSettings  # noqa: E402
 from services.train.heldout import HeldoutSettings, heldout, heldout_tasks  # noqa: E402
 from shared.envs.synthetic import SyntheticEnvironment, family_spec  # noqa: E402
-from tests.support.tiny_model import smollm2_tokenizer, tiny_llama  # noqa: E402
+from tests.support.tiny_model import smollm2_tokenizer, tiny_policy  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 ENV = SyntheticEnvironment(family_spec("set_alarm_at_time", "valid_tool_arguments"))
@@ -32,7 +32,7 @@ def test_held_out_tasks_are_test_tasks_in_a_seeded_order() -> None:
 
 def test_an_adapter_that_changes_nothing_gains_exactly_nothing(tokenizer: Any) -> None:
     # A fresh LoRA adapter is the identity (B = 0): paired play must give identical rewards.
-    policy = lora_on(tiny_llama(tokenizer), tokenizer, S)
+    policy = tiny_policy(tokenizer, S)
     result = heldout(policy, ENV, S, HeldoutSettings(tasks=3, samples=2, batch=4))
     assert result["episodes"] == 6 and result["tasks"] == 3
     assert result["base_mean"] == result["adapter_mean"]
@@ -41,7 +41,7 @@ def test_an_adapter_that_changes_nothing_gains_exactly_nothing(tokenizer: Any) -
 
 
 def test_the_base_is_played_with_the_adapter_off(tokenizer: Any) -> None:
-    policy = lora_on(tiny_llama(tokenizer), tokenizer, S)
+    policy = tiny_policy(tokenizer, S)
     with torch.no_grad():  # an adapter far from the identity
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
@@ -61,5 +61,5 @@ def test_the_base_is_played_with_the_adapter_off(tokenizer: Any) -> None:
 
 
 def test_no_check_without_tasks(tokenizer: Any) -> None:
-    policy = lora_on(tiny_llama(tokenizer), tokenizer, S)
+    policy = tiny_policy(tokenizer, S)
     assert heldout(policy, ENV, S, HeldoutSettings(tasks=0)) == {}
