@@ -46,9 +46,7 @@ from shared.envs.guidance import hint_of, hinted_count, with_guidance
 from shared.envs.protocol import Environment, Message, TaskSpec, ToolCall, ToolCallFunction
 from shared.llm.openai_types import ChatRequest
 from shared.llm.tool_format import parse_reply, tool_names
-from shared.serving.prompts import PromptBuilder
-
-END = "<|im_end|>"
+from shared.serving.prompts import TURN_END, PromptBuilder
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ class Policy:
         self.model = model
         self.tokenizer = tokenizer
         self.builder = PromptBuilder(tokenizer)
-        self.end_id = tokenizer.convert_tokens_to_ids(END)
+        self.end_id = tokenizer.convert_tokens_to_ids(TURN_END)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
 
     @property

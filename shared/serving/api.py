@@ -44,11 +44,10 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.serving.engine import Delta, Engine, Output
-from shared.serving.prompts import PromptBuilder
+from shared.serving.prompts import TURN_END, PromptBuilder
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
-TURN_END = "<|im_end|>"
 MAX_N = 16
 MIN_TEMPERATURE = 1e-3
 """Below this, float32 logits overflow when divided by the temperature."""
@@ -149,11 +148,12 @@ class ModelServer:
             prompt_ids, params, adapter=adapter, n=req.n, prefix_len=shared
         )
         self._count(req.model, "ok")
+        tools = offered_tools(req)
         response = ChatResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=req.model,
-            choices=[self._choice(i, o, prefix, offered_tools(req)) for i, o in enumerate(outputs)],
+            choices=[self._choice(i, o, prefix, tools) for i, o in enumerate(outputs)],
             usage=Usage(
                 prompt_tokens=len(prompt_ids),
                 completion_tokens=sum(len(o.token_ids) for o in outputs),

@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from shared.logging import get_logger
+from shared.serving.prompts import TURN_END
 from shared.serving.sampling import SamplingParams, pick
 
 log = get_logger(__name__)
@@ -475,7 +476,7 @@ def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
             ids.append(candidate)
         elif isinstance(candidate, list):
             ids.extend(candidate)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    end = tokenizer.convert_tokens_to_ids(TURN_END)
     if isinstance(end, int) and end != tokenizer.unk_token_id:
         ids.append(end)
     return sorted(set(ids))

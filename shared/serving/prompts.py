@@ -10,6 +10,9 @@ import msgspec
 from shared.llm.openai_types import ChatRequest
 from shared.llm.tool_format import OPEN, tool_template
 
+TURN_END = "<|im_end|>"
+"""The special token that closes a ChatML turn (our template's, and Qwen's own)."""
+
 
 class PromptBuilder:
     def __init__(self, tokenizer: Any, template: str | None = None) -> None:
