@@ -68,6 +68,9 @@ class RolloutRequested(Contract, frozen=True):
     hint_share: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
     """Share of each task's trials whose system turn carries the episode's hint (calibrating a
     synthetic environment for hinted GRPO; see shared/envs/guidance.py)."""
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    """At most this many agent turns per episode, below the rollout service's own limit (a
+    calibration samples the policy with the turns GRPO will give it); None: the service's."""
 
 
 class RolloutCompleted(Contract, frozen=True):

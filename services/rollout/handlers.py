@@ -82,7 +82,7 @@ class RolloutHandlers:
                         msg.system_prompt if msg.system_prompt is not None else agent.system_prompt
                     ),
                     sampling=_sampling(msg.sampling, trial),
-                    max_turns=self.cfg.max_turns,
+                    max_turns=min(self.cfg.max_turns, msg.max_turns or self.cfg.max_turns),
                     hinted=trial in hinted,
                 )
             if result.model_error:

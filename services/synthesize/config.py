@@ -21,6 +21,9 @@ class SynthesizeConfig(ServiceConfig, kw_only=True, frozen=True):
     temperature: Annotated[float, msgspec.Meta(gt=0)] = 1.0
     """Sampling temperature of the calibration rollouts (the policy as GRPO will sample it)."""
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
+    max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    """Agent turns per calibration episode: set it to the train service's `max_turns`, so
+    calibration judges the episodes GRPO will sample. None: the rollout service's limit."""
     hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.25
     """Share of each calibration group whose rollouts see the task's hint at the first
     calibration (the paper hints 0.25 to 0.5 of each GRPO group); calibration then tunes it

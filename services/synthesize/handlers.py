@@ -295,6 +295,7 @@ class SynthesizeHandlers:
                 cycle_id=cycle_id,
                 purpose="calibrate",
                 hint_share=spec.hint_share,
+                max_turns=self.cfg.max_turns,
             ),
             key=str(row.id),
         )

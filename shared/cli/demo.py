@@ -32,15 +32,17 @@ CPU_DEFAULTS = {
     "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
     "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "4",
     "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "3",
-    # Calibration samples the policy as GRPO will: turns of at most 96 tokens.
+    # Calibration samples the policy as GRPO will: at most 4 turns of 96 tokens (a rejected
+    # call, the retry and the report fit with one turn to spare).
     "RETRACE_SYNTHESIZE_MAX_TOKENS": "96",
+    "RETRACE_SYNTHESIZE_MAX_TURNS": "4",
     # GRPO groups of 4 (the paper's 16): a 32-rollout budget is then 8 optimizer steps, with
-    # at most 3 turns of 96 tokens per synthetic episode. With so few steps the paper's
+    # at most 4 turns of 96 tokens per synthetic episode. With so few steps the paper's
     # learning rate (1e-5) would leave the adapter where it started; LoRA takes 1e-4.
     "RETRACE_TRAIN_GROUP_SIZE": "4",
     "RETRACE_TRAIN_LEARNING_RATE": "1e-4",
     "RETRACE_TRAIN_MAX_NEW_TOKENS": "96",
-    "RETRACE_TRAIN_MAX_TURNS": "3",
+    "RETRACE_TRAIN_MAX_TURNS": "4",
     # The held-out check of each adapter: 6 test tasks x 2 seeds, each played by the adapter
     # and by the base model.
     "RETRACE_TRAIN_HELDOUT_TASKS": "6",

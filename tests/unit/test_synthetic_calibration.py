@@ -54,8 +54,8 @@ def test_all_successes_are_rejected_as_too_easy() -> None:
     result = calibrate(TRIVIAL)
     assert not result.accepted and result.direction == "harder"
     text = "\n".join(result.reasons)
-    assert "too easy: mean reward 1.000 above 0.6" in text
-    assert "too easy: success rate 1.000 above 0.6" in text
+    assert "too easy: mean reward 1.000 (95% interval 1.000 to 1.000) above 0.6" in text
+    assert "too easy: success rate 1.000 (95% interval 1.000 to 1.000) above 0.6" in text
     assert "too easy: 100% of groups succeed in every sample" in text
     assert "only 0% of groups have differing rewards" in text
     assert "too hard" not in text
@@ -65,7 +65,7 @@ def test_all_zeros_are_rejected_as_too_hard() -> None:
     result = calibrate(IMPOSSIBLE)
     assert not result.accepted and result.direction == "easier"
     text = "\n".join(result.reasons)
-    assert "too hard: mean reward 0.000 below 0.2" in text
+    assert "too hard: mean reward 0.000 (95% interval 0.000 to 0.000) below 0.2" in text
     assert "too hard: 100% of groups score 0 in every sample" in text
     assert "too easy" not in text
 
@@ -76,12 +76,14 @@ def test_each_threshold_binds_on_its_own_and_comes_from_the_config() -> None:
     assert not split.accepted
     assert any("succeed in every sample" in r for r in split.reasons)
     assert any("score 0 in every sample" in r for r in split.reasons)
-    # graded but never a full success: mean fine, success rate too low
-    partial = calibrate(groups((100, [0.5, 0.3, 0.4, 0.2])))
-    assert partial.reasons == ["too hard: success rate 0.000 below 0.2"]
+    # graded but never a full success: accepted by default, rejected with the paper's floor
+    graded = groups((100, [0.5, 0.3, 0.4, 0.2]))
+    assert calibrate(graded).accepted
+    partial = calibrate(graded, CalibrationConfig(min_success=0.2))
+    assert partial.reasons == [
+        "too hard: success rate 0.000 (95% interval 0.000 to 0.000) below 0.2"
+    ]
     assert partial.direction == "easier"
-    lenient = CalibrationConfig(min_success=0.0)
-    assert calibrate(groups((100, [0.5, 0.3, 0.4, 0.2])), lenient).accepted
     assert calibrate({}).reasons == ["no rollouts to calibrate on"]
 
 
@@ -165,3 +167,39 @@ def test_adjust_moves_the_hint_share_first() -> None:
     down = adjust(up, easy)
     assert down.hint_share == 0.25 and down.knobs == adjust(spec, easy, NO_HINTS).knobs
     assert adjust(down, easy).hint_share == 0.0
+
+
+def test_the_bands_are_judged_on_the_interval_of_the_task_means() -> None:
+    # the demo's first calibration on Qwen: 4 tasks x 4 samples, mean 0.194, every group varied
+    few = [[0.5, 0.1, 0.0, 0.2], [0.3, 0.0, 0.1, 0.0], [0.6, 0.2, 0.1, 0.0], [0.5, 0.0, 0.2, 0.3]]
+    result = calibrate(few)
+    assert result.mean_reward == pytest.approx(0.19375)
+    low, high = result.mean_interval
+    # task means 0.2, 0.1, 0.225, 0.25: sd 0.0658, t(3) 3.182 -> half-width 0.1046
+    assert low == pytest.approx(0.19375 - 0.1046, abs=1e-3)
+    assert high == pytest.approx(0.19375 + 0.1046, abs=1e-3)
+    assert result.accepted, result.reasons
+    # that mean is near enough the floor that even 100 such tasks do not reject it
+    assert calibrate(few * 25).accepted
+    # a lower mean: 4 tasks cannot tell, 100 tasks can
+    low_four = [
+        [0.2, 0.0, 0.0, 0.0],
+        [0.6, 0.4, 0.2, 0.0],
+        [0.2, 0.2, 0.0, 0.0],
+        [0.3, 0.1, 0.2, 0.0],
+    ]
+    assert calibrate(low_four).accepted
+    many = calibrate(low_four * 25)
+    assert not many.accepted and many.direction == "easier"
+    assert many.mean_interval[1] < 0.2
+    assert many.reasons == ["too hard: mean reward 0.150 (95% interval 0.131 to 0.169) below 0.2"]
+    # and symmetrically above the band
+    easy = [[1.0, 0.5, 0.5, 0.7], [0.9, 0.6, 0.4, 0.5], [0.8, 0.7, 0.6, 0.5]]
+    assert calibrate(easy).accepted
+    assert calibrate(easy * 30).direction == "harder"
+
+
+def test_one_task_is_judged_on_its_point_estimate() -> None:
+    result = calibrate([[0.1, 0.0, 0.2, 0.1]])
+    assert result.mean_interval == (pytest.approx(0.1), pytest.approx(0.1))
+    assert not result.accepted and result.direction == "easier"
