@@ -279,6 +279,7 @@ class SynthesizeHandlers:
                 "tasks": len(tasks),
                 "samples": self.cfg.calibration_samples,
                 "hint_share": spec.hint_share,
+                "max_turns": self.cfg.max_turns,
             },
         )
         ctx.session.add(row)

@@ -223,3 +223,43 @@ async def test_unservable_requests_are_dead_lettered(
     service.stop()
     await run
     await bus.close()
+
+
+async def test_a_request_can_cap_the_turns_below_the_service_limit(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+) -> None:
+    """Calibration asks for the turns GRPO will give (RolloutRequested.max_turns): the
+    reference answers need a tool call and a reply, so one turn cannot finish them."""
+    _, url = oracle
+    service, run = await start(rollout_cfg(service_cfg, url))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    turns: dict[int | None, list[int]] = {}
+    for cap in (None, 1):
+        request_id = uuid.uuid4()
+        await bus.publish(
+            "acme",
+            RolloutRequested(
+                request_id=request_id,
+                agent_id=agent_id,
+                environment="toolbox",
+                task_ids=[t for t in TASKS if t not in FAILING][:3],
+                sampling=Sampling(temperature=0),
+                max_turns=cap,
+            ),
+            msg_id=str(request_id),
+        )
+
+        async def events(request_id: uuid.UUID = request_id) -> bool:
+            return len(await completed(bus, request_id)) == 1
+
+        await eventually(events, within=60)
+        async with store.tenant("acme") as session:
+            rows = await session.scalars(
+                select(Trajectory).where(Trajectory.request_id == request_id)
+            )
+            turns[cap] = [sum(1 for m in row.messages if m["role"] == "assistant") for row in rows]
+    assert len(turns[None]) == len(turns[1]) == 3
+    assert min(turns[None]) >= 2 and turns[1] == [1, 1, 1]
+    service.stop()
+    assert await run == 0
+    await bus.close()

@@ -49,6 +49,7 @@ async def _run(
     regenerations: int,
     writer: FakeJudge | None = None,
     played: SyntheticSpec | None = None,
+    max_turns: int | None = None,
 ) -> list[Environment]:
     """Synthesize + rollout until the capability's environments settle; `writer` (a fake
     chat endpoint) writes the spec when given, and `played` is the spec the oracle plays."""
@@ -85,6 +86,7 @@ async def _run(
                 calibration_tasks=12,
                 calibration_samples=4,  # type: ignore[arg-type]
                 max_regenerations=regenerations,
+                max_turns=max_turns,
                 **{**_fields(cfg), **extra},
             )
         ),
@@ -131,8 +133,9 @@ async def _run(
 async def test_capability_gets_a_calibrated_environment(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
-    [env] = await _run(service_cfg, 0.5, store, regenerations=2)
+    [env] = await _run(service_cfg, 0.5, store, regenerations=2, max_turns=8)
     assert env.status == "ready" and env.version == 1 and env.name == f"synthetic/{NAME}"
+    assert env.calibration["max_turns"] == 8  # the turns its calibration rollout asked for
     result = env.calibration["result"]
     assert result["accepted"] and result["groups"] == 12 and result["rollouts"] == 48
     assert 0.2 <= result["success_rate"] <= 0.6 and result["informative"] >= 0.5
@@ -149,10 +152,10 @@ async def test_trivial_environment_is_adjusted_then_reported(
     envs = await _run(service_cfg, 0.0, store, regenerations=1)  # the policy always succeeds
     assert [e.status for e in envs] == ["rejected", "failed"]
     assert [e.version for e in envs] == [1, 2]
-    assert (
-        "all" in " ".join(envs[0].calibration["result"]["reasons"])
-        or envs[0].calibration["result"]["reasons"]
-    )
+    first = envs[0].calibration["result"]
+    assert first["direction"] == "harder" and first["success_rate"] > 0.6
+    assert any(r.startswith("too easy: mean reward") for r in first["reasons"])
+    assert not any(r.startswith("too hard") for r in first["reasons"])
     async with store.tenant("acme") as session:
         capability = await session.scalar(select(Capability))
     assert capability is not None and capability.status == "synth_failed"
