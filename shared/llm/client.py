@@ -49,6 +49,11 @@ ADMIN_RETRY = RetryPolicy(
 )
 
 
+SESSION_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+"""No total limit from aiohttp itself (its default is 300 s, which silently capped every
+longer `request_timeout`): the retry policy's timeout bounds each call."""
+
+
 class LLMClient:
     def __init__(
         self,
@@ -74,7 +79,9 @@ class LLMClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=256), timeout=SESSION_TIMEOUT
+            )
             self._owned = True
         return self._session
 

@@ -142,3 +142,24 @@ async def test_admin_endpoints(serve: Any) -> None:
         await client.load_adapter("lora-a", "/tmp/a")
         await client.unload_adapter("lora-a")
     assert fake.paths == ["/v1/models", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+
+
+class Slow(Fake):
+    async def handle(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        return await super().handle(request)
+
+
+async def test_only_the_retry_policy_limits_a_call(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's own session default (a 300 s total) once capped every longer request
+    timeout: CPU rollouts waiting on a busy server were cut off and redone. Shrunk here to
+    0.2 s, it must not end a call the policy (2 s) still allows."""
+    import aiohttp.client
+
+    monkeypatch.setattr(aiohttp.client, "DEFAULT_TIMEOUT", aiohttp.ClientTimeout(total=0.2))
+    fake = Slow([(200, completion({"content": "late but fine"}))])
+    async with await serve(fake) as client:
+        response = await client.chat(REQUEST)
+    assert response.choices[0].message.content == "late but fine" and fake.calls == 1
