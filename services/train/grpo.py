@@ -47,7 +47,7 @@ from shared.envs.guidance import hint_of, hinted_count, with_guidance
 from shared.envs.protocol import Environment, Message, TaskSpec, ToolCall, ToolCallFunction
 from shared.llm.openai_types import ChatRequest
 from shared.llm.tool_format import parse_reply, tool_names
-from shared.serving.prompts import TURN_END, PromptBuilder
+from shared.serving.prompts import TURN_END, PromptBuilder, first_turn_length
 
 
 @dataclass(frozen=True)
@@ -430,7 +430,8 @@ def _prefix_groups(
     completion token."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, turn in enumerate(turns):
-        groups.setdefault(tuple(_first_turn(turn.loss_prompt_ids, end_id)), []).append(i)
+        ids = turn.loss_prompt_ids
+        groups.setdefault(tuple(ids[: first_turn_length(ids, end_id)]), []).append(i)
     out = []
     for members in groups.values():
         prompts = [turns[i].loss_prompt_ids for i in members]
@@ -438,12 +439,6 @@ def _prefix_groups(
         shared = s.share_prefix and len(members) > 1 and length >= MIN_SHARED_PREFIX
         out.append((length if shared else 0, members))
     return out
-
-
-def _first_turn(ids: list[int], end_id: int) -> list[int]:
-    """The prompt's opening ChatML turn, up to the first turn end (the whole prompt when it
-    has none)."""
-    return ids[: ids.index(end_id) + 1] if end_id in ids else ids
 
 
 def _common_prefix(prompts: Sequence[list[int]]) -> int:

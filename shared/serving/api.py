@@ -44,7 +44,7 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.serving.engine import Delta, Engine, Output
-from shared.serving.prompts import TURN_END, PromptBuilder
+from shared.serving.prompts import TURN_END, PromptBuilder, first_turn_length
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
@@ -332,9 +332,7 @@ class ModelServer:
         every episode of an environment as token ids that open with the same system turn, so
         the engine caches its keys and values once per adapter; the ids are the caller's own,
         so any prefix of them is one a fresh call would also have."""
-        if self.turn_end is None or self.turn_end not in ids:
-            return 0
-        return ids.index(self.turn_end) + 1
+        return first_turn_length(ids, self.turn_end)
 
     def _prompt_ids(self, prompt: list[int] | str) -> list[int]:
         if isinstance(prompt, str):

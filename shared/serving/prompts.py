@@ -14,6 +14,12 @@ TURN_END = "<|im_end|>"
 """The special token that closes a ChatML turn (our template's, and Qwen's own)."""
 
 
+def first_turn_length(ids: list[int], end_id: int | None) -> int:
+    """Length of a prompt's opening ChatML turn, through its first turn end (0 when it has
+    none): the system turn every turn of an environment's episodes opens with."""
+    return ids.index(end_id) + 1 if end_id is not None and end_id in ids else 0
+
+
 class PromptBuilder:
     def __init__(self, tokenizer: Any, template: str | None = None) -> None:
         self.tokenizer = tokenizer
