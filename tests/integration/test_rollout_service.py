@@ -86,12 +86,8 @@ async def completed(bus: NatsBus, request_id: uuid.UUID) -> list[RolloutComplete
     return out
 
 
-async def test_rollout_stores_every_episode_and_reports(
-    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
-) -> None:
-    _, url = oracle
-    service, run = await start(rollout_cfg(service_cfg, url))
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+async def requested(bus: NatsBus, agent_id: uuid.UUID, **fields: object) -> uuid.UUID:
+    """Publish a greedy toolbox rollout request with `fields`; its id once it completed."""
     request_id = uuid.uuid4()
     await bus.publish(
         "acme",
@@ -99,9 +95,8 @@ async def test_rollout_stores_every_episode_and_reports(
             request_id=request_id,
             agent_id=agent_id,
             environment="toolbox",
-            task_ids=TASKS,
-            trials=2,
             sampling=Sampling(temperature=0),
+            **fields,  # type: ignore[arg-type]
         ),
         msg_id=str(request_id),
     )
@@ -110,6 +105,16 @@ async def test_rollout_stores_every_episode_and_reports(
         return len(await completed(bus, request_id)) == 1
 
     await eventually(events, within=60)
+    return request_id
+
+
+async def test_rollout_stores_every_episode_and_reports(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID, oracle: tuple[OracleLLM, str]
+) -> None:
+    _, url = oracle
+    service, run = await start(rollout_cfg(service_cfg, url))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = await requested(bus, agent_id, task_ids=TASKS, trials=2)
     [event] = await completed(bus, request_id)
     assert event.trajectories == 12 and event.successes == 8
     async with store.tenant("acme") as session:
@@ -235,24 +240,8 @@ async def test_a_request_can_cap_the_turns_below_the_service_limit(
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
     turns: dict[int | None, list[int]] = {}
     for cap in (None, 1):
-        request_id = uuid.uuid4()
-        await bus.publish(
-            "acme",
-            RolloutRequested(
-                request_id=request_id,
-                agent_id=agent_id,
-                environment="toolbox",
-                task_ids=[t for t in TASKS if t not in FAILING][:3],
-                sampling=Sampling(temperature=0),
-                max_turns=cap,
-            ),
-            msg_id=str(request_id),
-        )
-
-        async def events(request_id: uuid.UUID = request_id) -> bool:
-            return len(await completed(bus, request_id)) == 1
-
-        await eventually(events, within=60)
+        passing = [t for t in TASKS if t not in FAILING][:3]
+        request_id = await requested(bus, agent_id, task_ids=passing, max_turns=cap)
         async with store.tenant("acme") as session:
             rows = await session.scalars(
                 select(Trajectory).where(Trajectory.request_id == request_id)
