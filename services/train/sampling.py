@@ -31,6 +31,9 @@ from shared.errors import ConfigError
 from shared.llm.client import LLMClient, LLMError, LLMRequestError
 from shared.llm.openai_types import ChatRequest, CompletionRequest, CompletionResponse
 from shared.logging import get_logger
+from shared.serving.batch import Batch
+from shared.serving.kv_store import DEFAULT_BUDGET_BYTES, KVStore
+from shared.serving.sampling import SamplingParams, pick
 
 if TYPE_CHECKING:
     from services.train.grpo import GRPOSettings, Policy
@@ -62,40 +65,53 @@ class Sampler(Protocol):
 
 
 class LocalSampler:
-    """Generation by the policy in this process: one batched, left-padded `generate`."""
+    """Generation by the policy in this process, every prompt prefilled from the longest
+    prefix already run since the last optimizer step (an episode's earlier turn, the group's
+    shared task), then decoded as one batch (`shared.serving.batch`)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, kv_budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.policy = policy
+        self.store = KVStore(kv_budget_bytes)
+        self.prefilled = 0
+        """Prompt tokens run through the model (the rest came from the store)."""
 
     def sync(self, policy: Policy, step: int) -> None:
         self.policy = policy
+        self.store.clear()  # other weights: the stored keys and values are stale
 
     @torch.no_grad()
     def sample(self, prompts: Sequence[list[int]], s: GRPOSettings, seed: int) -> list[list[int]]:
         p = self.policy
         p.model.eval()
-        width = max(len(x) for x in prompts)
-        ids = torch.full((len(prompts), width), p.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: generation continues every row
-            ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            mask[row, width - len(prompt) :] = 1
-        torch.manual_seed(seed)
-        out = p.model.generate(
-            input_ids=ids.to(p.device),
-            attention_mask=mask.to(p.device),
-            do_sample=True,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=0,
-            max_new_tokens=s.max_new_tokens,
-            eos_token_id=p.end_id,
-            pad_token_id=p.pad_id,
-        )
-        return [_through_end(row, p.end_id) for row in out[:, width:].tolist()]
+        params = SamplingParams(temperature=s.temperature, top_p=s.top_p)
+        generators = [
+            torch.Generator(p.device).manual_seed((seed * 1009 + i) % MAX_SEED)
+            for i in range(len(prompts))
+        ]
+        batch = Batch(p.model, p.pad_id, self.store, device=p.device)
+        batch.add([list(x) for x in prompts])
+        self.prefilled += batch.prefilled
+        out: list[list[int]] = [[] for _ in prompts]
+        rows = list(range(len(prompts)))  # rows[k]: the prompt batch row k continues
+        while rows:
+            keep, tokens = [], []
+            for k, i in enumerate(rows):
+                token = pick(batch.logits[k], params, generators[i])
+                out[i].append(token)
+                if token == p.end_id or len(out[i]) >= s.max_new_tokens:
+                    batch.save(k)
+                else:
+                    keep.append(k)
+                    tokens.append(token)
+            if len(keep) < len(rows):
+                batch.keep(keep)
+                rows = [rows[k] for k in keep]
+            if rows:
+                batch.step(tokens)
+        return out
 
     def close(self) -> None:
-        pass
+        self.store.clear()
 
 
 class EndpointSampler:

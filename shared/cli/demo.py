@@ -47,14 +47,14 @@ CPU_DEFAULTS = {
     # and by the base model.
     "RETRACE_TRAIN_HELDOUT_TASKS": "6",
     "RETRACE_TRAIN_HELDOUT_SAMPLES": "2",
-    # serve-model batches without continuous batching: on a busy CPU a request can wait for a
-    # whole batch of long generations before its own; a timeout would throw that work away.
+    # On a busy CPU a request can wait behind a batch of long generations; a timeout would
+    # throw that work away.
     "RETRACE_MODEL_REQUEST_TIMEOUT": "1800",
     # At most 6 agent turns per episode (the rollout service's default is 12).
     "RETRACE_ROLLOUT_MAX_TURNS": "6",
-    # 24 episodes at once: toolbox episodes share the system turn and so one batch. On 2
-    # cores throughput stays near 6.5 tokens/s at any concurrency (docs/benchmarks.md); this
-    # keeps every episode moving instead of queueing whole episodes.
+    # 24 episodes at once: serve-model decodes them as one batch (a turn that arrives while
+    # it runs joins it) and starts each turn from the keys and values its conversation left,
+    # so throughput rises with concurrency (docs/benchmarks.md, engines).
     "RETRACE_ROLLOUT_EPISODES_AT_ONCE": "24",
 }
 """Settings the demo gives the services unless already set in the environment."""

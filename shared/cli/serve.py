@@ -31,6 +31,14 @@ from shared.serving.packaged import DEFAULT_AGENT_MODEL
     help="How long a batch waits for more requests before it starts.",
 )
 @click.option(
+    "--kv-cache-mb",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Memory for keys and values of recent prompts and replies, which later prompts that "
+    "start the same way (an episode's next turn, the same system turn) reuse; 0 turns it off.",
+)
+@click.option(
     "--threads", default=None, type=int, help="torch CPU threads (default: torch's choice)."
 )
 def serve_model(
@@ -40,6 +48,7 @@ def serve_model(
     port: int,
     max_batch: int,
     batch_window_ms: float,
+    kv_cache_mb: int,
     threads: int | None,
 ) -> None:
     """Serve a model over the OpenAI-compatible API (chat, tools, LoRA adapters), CPU or GPU."""
@@ -58,6 +67,7 @@ def serve_model(
         port=port,
         max_batch=max_batch,
         batch_window_ms=batch_window_ms,
+        kv_cache_mb=kv_cache_mb,
         threads=threads,
     )
     try:

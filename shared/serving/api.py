@@ -44,7 +44,7 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.serving.engine import Delta, Engine, Output
-from shared.serving.prompts import TURN_END, PromptBuilder, first_turn_length
+from shared.serving.prompts import PromptBuilder
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
@@ -92,9 +92,6 @@ class ModelServer:
         self.max_context = max_context
         self.created = int(time.time())
         self.vocab = engine.model.get_input_embeddings().num_embeddings
-        vocab = prompts.tokenizer.get_vocab()
-        self.turn_end: int | None = vocab.get(TURN_END)
-        """The token that closes a ChatML turn, where a token prompt's cached prefix ends."""
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "retrace_model_requests_total",
@@ -140,13 +137,11 @@ class ModelServer:
             raise ApiError(400, f"invalid request: {exc}") from exc
         adapter = self._adapter_for(req.model)
         params = self._params(req)
-        prompt_ids, prefix, shared = self.prompts.build_with_prefix(req)
+        prompt_ids, prefix = self.prompts.build(req)
         self._check_fits(prompt_ids, params)
         if req.stream:
-            return await self._stream(request, req, prompt_ids, prefix, params, adapter, shared)
-        outputs = await self.engine.generate(
-            prompt_ids, params, adapter=adapter, n=req.n, prefix_len=shared
-        )
+            return await self._stream(request, req, prompt_ids, prefix, params, adapter)
+        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
         self._count(req.model, "ok")
         tools = offered_tools(req)
         response = ChatResponse(
@@ -215,7 +210,6 @@ class ModelServer:
         prefix: str,
         params: SamplingParams,
         adapter: str | None,
-        shared: int,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -247,9 +241,7 @@ class ModelServer:
         for i in range(req.n):
             chunks.append(chunk(i, {"role": "assistant", "content": prefix}))
         job = asyncio.ensure_future(
-            self.engine.generate(
-                prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta, prefix_len=shared
-            )
+            self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
         )
         while not job.done() or chunks:
             while chunks:
@@ -308,9 +300,7 @@ class ModelServer:
             stop_token_ids=stop_ids,
         )
         self._check_fits(prompt_ids, params)
-        outputs = await self.engine.generate(
-            prompt_ids, params, adapter=adapter, n=req.n, prefix_len=self._first_turn(prompt_ids)
-        )
+        outputs = await self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n)
         self._count(req.model, "ok")
         choices = [_completion_choice(i, o, req) for i, o in enumerate(outputs)]
         written = sum(len(o.token_ids) + (o.stop_token is not None) for o in outputs)
@@ -326,13 +316,6 @@ class ModelServer:
             ),
         )
         return web.Response(body=msgspec.json.encode(response), content_type="application/json")
-
-    def _first_turn(self, ids: list[int]) -> int:
-        """Length of a prompt's first ChatML turn (0 when it has none). GRPO sends every turn of
-        every episode of an environment as token ids that open with the same system turn, so
-        the engine caches its keys and values once per adapter; the ids are the caller's own,
-        so any prefix of them is one a fresh call would also have."""
-        return first_turn_length(ids, self.turn_end)
 
     def _prompt_ids(self, prompt: list[int] | str) -> list[int]:
         if isinstance(prompt, str):
@@ -403,7 +386,7 @@ class ModelServer:
             self.engine.model.load_adapter(path, adapter_name=name)
         self.engine.model.eval()
         self.engine.adapters[name] = path
-        self.engine.prefixes.clear()
+        self.engine.kv.drop(name)
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
         try:
@@ -425,7 +408,7 @@ class ModelServer:
             # The last adapter: strip the LoRA layers and serve the plain base model again.
             self.engine.model = self.engine.model.unload()
         del self.engine.adapters[name]
-        self.engine.prefixes.clear()
+        self.engine.kv.drop(name)
 
     async def health(self, _: web.Request) -> web.Response:
         return web.json_response(

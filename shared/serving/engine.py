@@ -1,10 +1,14 @@
 """The generation engine: one thread that owns the model and serves batches.
 
 Requests that arrive within `batch_window` of each other (up to `max_batch` sequences, all on
-the same adapter) are generated together: one left-padded prefill, then one forward pass per
-step for the whole batch, each row sampled with its own settings and stopped on its own; rows
-that finish leave the KV cache so the rest run on a smaller batch. Adapter loads and unloads
-run on the same thread between batches, so a batch never sees its adapter change.
+the same adapter) are generated together (`Batch`): each prompt prefilled from the longest
+prefix the engine's `KVStore` holds (an episode's earlier turn, its environment's system
+turn, a sibling in its group), then one forward pass per step for the whole batch, each row
+sampled with its own settings and stopped on its own. Rows that finish leave the batch (their
+keys and values stored for the conversation's next turn); requests for the same adapter that
+arrive meanwhile join it between steps, unless another adapter's requests are waiting.
+Adapter loads and unloads run on the same thread between batches, so a batch never sees its
+adapter change.
 """
 
 from __future__ import annotations
@@ -15,15 +19,16 @@ import queue
 import random
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from shared.logging import get_logger
+from shared.serving.batch import Batch
+from shared.serving.kv_store import DEFAULT_BUDGET_BYTES, KVStore
 from shared.serving.prompts import TURN_END
 from shared.serving.sampling import SamplingParams, pick
 
@@ -62,14 +67,6 @@ class Request:
     future: asyncio.Future[list[Output]]
     on_delta: Callable[[Delta], None] | None = None
     outputs: list[Output | None] = field(default_factory=list)
-    prefix_len: int = 0
-    """Leading prompt tokens shared with other requests (the system turn with the tools)."""
-
-    @property
-    def group(self) -> tuple[str | None, tuple[int, ...]]:
-        """Requests of one group can share a batch: same adapter, same cached prefix."""
-        prefix = tuple(self.prompt_ids[: self.prefix_len]) if self.prefix_len >= MIN_PREFIX else ()
-        return self.adapter, prefix
 
 
 @dataclass
@@ -77,6 +74,7 @@ class _Row:
     request: Request
     index: int
     generator: torch.Generator
+    prompt_ids: list[int] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -93,48 +91,21 @@ class EngineStats:
     prefilled_tokens: int = 0
     """Prompt tokens actually run through the model (the rest came from the prefix cache)."""
     prefix_hits: int = 0
+    """Prompts that started from stored keys and values."""
+    joined: int = 0
+    """Sequences that joined a batch already decoding."""
     busy_seconds: float = 0.0
-
-
-MIN_PREFIX = 32
-"""Shorter shared prefixes are not worth caching."""
-PREFIX_CACHE_SIZE = 8
-
-
-class PrefixCache:
-    """Key/value tensors of recently seen prompt prefixes, per adapter, least recently used out.
-    Every episode of an environment starts with the same system turn (policy and tools): it is
-    computed once instead of once per request."""
-
-    def __init__(self, capacity: int = PREFIX_CACHE_SIZE) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[
-            tuple[str | None, tuple[int, ...]], list[tuple[torch.Tensor, torch.Tensor]]
-        ] = OrderedDict()
-
-    def get(
-        self, key: tuple[str | None, tuple[int, ...]]
-    ) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-        found = self._items.get(key)
-        if found is not None:
-            self._items.move_to_end(key)
-        return found
-
-    def put(
-        self, key: tuple[str | None, tuple[int, ...]], kv: list[tuple[torch.Tensor, torch.Tensor]]
-    ) -> None:
-        self._items[key] = kv
-        self._items.move_to_end(key)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        self._items.clear()
 
 
 class Engine:
     def __init__(
-        self, model: Any, tokenizer: Any, *, max_batch: int = 32, batch_window: float = 0.01
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch: int = 32,
+        batch_window: float = 0.01,
+        kv_budget_bytes: int = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -155,7 +126,8 @@ class Engine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._stop_ids[0]
         )
         self._rng = random.Random()
-        self.prefixes = PrefixCache()
+        self.kv = KVStore(kv_budget_bytes)
+        """Keys and values of recent prompts and replies, per adapter (None: the base)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,22 +151,13 @@ class Engine:
         adapter: str | None = None,
         n: int = 1,
         on_delta: Callable[[Delta], None] | None = None,
-        prefix_len: int = 0,
     ) -> list[Output]:
-        """Generate n continuations; `prefix_len` leading tokens may be served from the cache
-        (they must end where a fresh tokenization would also end, e.g. at a special token)."""
+        """Generate n continuations of `prompt_ids` (at least one token)."""
+        if not prompt_ids:
+            raise ValueError("an empty prompt has nothing to continue")
         loop = asyncio.get_running_loop()
-        prefix_len = min(prefix_len, len(prompt_ids) - 1)
         request = Request(
-            prompt_ids,
-            adapter,
-            params,
-            n,
-            loop,
-            loop.create_future(),
-            on_delta,
-            [None] * n,
-            prefix_len,
+            prompt_ids, adapter, params, n, loop, loop.create_future(), on_delta, [None] * n
         )
         with self._wake:
             self._pending.append(request)
@@ -218,8 +181,8 @@ class Engine:
             batch = self._next_batch()
             if batch is None:
                 return
-            if batch[0]:
-                self._serve(*batch)
+            if batch:
+                self._serve(batch)
 
     def _run_commands(self) -> None:
         while True:
@@ -234,61 +197,57 @@ class Engine:
             else:
                 loop.call_soon_threadsafe(_settle, future, result, None)
 
-    def _next_batch(self) -> tuple[list[Request], tuple[int, ...]] | None:
-        """The next batch and the cached prefix its rows share (None: stop).
-
-        The oldest request's group (adapter and prefix) goes first, as many as fit. When
-        requests of the same adapter but other prefixes wait too, and there are at least as
-        many of them, they join the batch and every row is prefilled whole, rather than wait
-        for several small batches in turn (a synthetic environment offers each task its own
-        tools, so its episodes' system turns differ). Where a step's cost grows slower than
-        its rows (a GPU) that is throughput; on the 2-core CPU measured it is not
-        (docs/benchmarks.md, engines), only fewer requests waiting behind others."""
+    def _next_batch(self) -> list[Request] | None:
+        """The next batch: the oldest request and those for the same adapter, up to
+        `max_batch` rows (None: stop)."""
         with self._wake:
             while self._running and not self._pending and self._commands.empty():
                 self._wake.wait()
             if not self._running:
                 return None
             if not self._pending:
-                return [], ()
+                return []
         time.sleep(self.batch_window)  # let requests sent together arrive together
         with self._wake:
             self._pending = deque(r for r in self._pending if not r.future.done())
             if not self._pending:
-                return [], ()
-            first = self._pending[0].group
-            batch = self._take(lambda r: r.group == first, [], 0)
-            prefix = first[1]
-            size = sum(r.n for r in batch)
-            others = sum(r.n for r in self._pending if r.adapter == first[0])
-            if size < self.max_batch and others >= size:
-                batch = self._take(lambda r: r.adapter == first[0], batch, size)
-                prefix = ()
-            return batch, prefix
+                return []
+            return self._take(self._pending[0].adapter, 0)
 
-    def _take(
-        self, fits: Callable[[Request], bool], batch: list[Request], size: int
-    ) -> list[Request]:
-        """Pending requests that `fits` accepts, oldest first, added to `batch` (holding
-        `size` rows) up to `max_batch` rows (the first one always)."""
+    def _joiners(self, adapter: str | None, size: int) -> list[Request]:
+        """Waiting requests for `adapter` that may join a batch of `size` rows now: none while
+        a command or another adapter's request waits (the batch drains, then they go)."""
+        with self._wake:
+            if not self._pending or not self._commands.empty():
+                return []
+            if any(r.adapter != adapter for r in self._pending):
+                return []
+            return self._take(adapter, size)
+
+    def _take(self, adapter: str | None, size: int) -> list[Request]:
+        """Pending live requests for `adapter`, oldest first, while the batch (holding `size`
+        rows) stays within `max_batch` rows; the first always, when the batch is empty."""
+        batch: list[Request] = []
         for request in list(self._pending):
-            overflow = size + request.n > self.max_batch and batch
-            if not fits(request) or overflow:
+            if request.future.done():
+                self._pending.remove(request)
                 continue
+            if request.adapter != adapter:
+                continue
+            if size + request.n > self.max_batch and (batch or size):
+                break
             batch.append(request)
             size += request.n
             self._pending.remove(request)
-            if size >= self.max_batch:
-                break
         return batch
 
-    def _serve(self, batch: list[Request], prefix: tuple[int, ...] = ()) -> None:
+    def _serve(self, batch: list[Request]) -> None:
         started = time.perf_counter()
         # Counted before its rows are answered, so a caller that got its answer sees it.
         self.stats.batches += 1
         try:
             with self._adapter(batch[0].adapter):
-                self._generate(batch, prefix)
+                self._generate(batch)
         except Exception as exc:
             log.exception("generation failed", error=repr(exc))
             for request in batch:
@@ -312,79 +271,52 @@ class Engine:
             self.model.set_adapter(name)
             yield
 
-    def _generate(self, batch: list[Request], prefix: tuple[int, ...]) -> None:
-        rows = [
-            _Row(r, i, _generator(r.params.seed, i, self._rng)) for r in batch for i in range(r.n)
-        ]
+    def _generate(self, batch: list[Request]) -> None:
         adapter = batch[0].adapter
-        kv = self._prefix_kv(adapter, prefix) if prefix else None
-        shared = len(prefix) if kv is not None else 0
-        prompts = [row.request.prompt_ids[shared:] for row in rows]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts])
-        # Padding sits between the shared prefix and each row's own suffix; the mask hides it
-        # and positions skip it, so every row sees exactly its own prompt.
-        mask = torch.tensor([[1] * shared + [0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-        self.stats.sequences += len(rows)
-        self.stats.prompt_tokens += sum(len(r.request.prompt_ids) for r in rows)
-        self.stats.prefilled_tokens += sum(len(p) for p in prompts)
-        cache = None
-        if kv is not None:
-            cache = _expand(kv, len(rows))
-            self.stats.prefix_hits += len(rows)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
-        active = list(range(len(rows)))  # rows[active[k]] is batch row k
-        while active:
+        decoding = Batch(self.model, self._pad_id, self.kv, adapter, self.model.device)
+        rows: list[_Row] = []  # rows[k] is the batch's row k
+        self._join(decoding, rows, batch)
+        while rows:
             next_ids = []
-            for k, r in enumerate(active):
-                row = rows[r]
+            for k, row in enumerate(rows):
                 if row.request.future.done():
                     # The caller went away (client disconnected, timed out): stop generating.
                     row.done = True
                     next_ids.append(self._pad_id)
                     continue
-                token = pick(logits[k], row.request.params, row.generator)
-                self._append(row, token, logits[k])
+                token = pick(decoding.logits[k], row.request.params, row.generator)
+                self._append(row, token, decoding.logits[k])
                 next_ids.append(token)
-            keep = [k for k, r in enumerate(active) if not rows[r].done]
-            if not keep:
-                break
-            if len(keep) < len(active):
-                index = torch.tensor(keep)
-                cache.batch_select_indices(index)
-                mask, positions = mask[index], positions[index]
+            keep = [k for k, row in enumerate(rows) if not row.done]
+            if len(keep) < len(rows):
+                for k, row in enumerate(rows):
+                    if row.done:
+                        decoding.save(k)  # the conversation's next turn starts from here
+                decoding.keep(keep)
+                rows = [rows[k] for k in keep]
                 next_ids = [next_ids[k] for k in keep]
-                active = [active[k] for k in keep]
-            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], dim=1)
-            positions = positions[:, -1:] + 1
-            out = self.model(
-                input_ids=torch.tensor(next_ids)[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            if rows:
+                decoding.step(next_ids)
+            joining = self._joiners(adapter, len(rows))
+            if joining:
+                self.stats.joined += sum(r.n for r in joining) if rows else 0
+                self.stats.batches += not rows
+                self._join(decoding, rows, joining)
 
-    def _prefix_kv(
-        self, adapter: str | None, prefix: tuple[int, ...]
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        key = (adapter, prefix)
-        kv = self.prefixes.get(key)
-        if kv is None:
-            out = self.model(input_ids=torch.tensor([list(prefix)]), use_cache=True)
-            kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-            self.prefixes.put(key, kv)
-            self.stats.prefilled_tokens += len(prefix)
-        return kv
+    def _join(self, decoding: Batch, rows: list[_Row], requests: list[Request]) -> None:
+        """Prefill `requests` into `decoding` as new rows (one per sample)."""
+        new = [
+            _Row(r, i, _generator(r.params.seed, i, self._rng), r.prompt_ids)
+            for r in requests
+            for i in range(r.n)
+        ]
+        before = (decoding.prefilled, decoding.reused)
+        decoding.add([row.prompt_ids for row in new])
+        rows += new
+        self.stats.sequences += len(new)
+        self.stats.prompt_tokens += sum(len(row.prompt_ids) for row in new)
+        self.stats.prefilled_tokens += decoding.prefilled - before[0]
+        self.stats.prefix_hits += decoding.reused - before[1]
 
     def _append(self, row: _Row, token: int, logits: torch.Tensor) -> None:
         params = row.request.params
@@ -429,16 +361,6 @@ class Engine:
         if all(o is not None for o in request.outputs) and not request.future.done():
             outputs = [o for o in request.outputs if o is not None]
             request.loop.call_soon_threadsafe(_settle, request.future, outputs, None)
-
-
-def _expand(kv: list[tuple[torch.Tensor, torch.Tensor]], size: int) -> DynamicCache:
-    """A fresh cache holding the prefix once per row (generation appends to it in place)."""
-    return DynamicCache(
-        ddp_cache_data=[
-            (k.expand(size, -1, -1, -1).contiguous(), v.expand(size, -1, -1, -1).contiguous())
-            for k, v in kv
-        ]
-    )
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

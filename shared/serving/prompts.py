@@ -29,13 +29,6 @@ class PromptBuilder:
 
     def build(self, req: ChatRequest) -> tuple[list[int], str]:
         """Prompt token ids, and the text the reply is forced to start with (tool_choice)."""
-        ids, prefix, _ = self.build_with_prefix(req)
-        return ids, prefix
-
-    def build_with_prefix(self, req: ChatRequest) -> tuple[list[int], str, int]:
-        """Also the length of the system turn (instructions and tools), which every episode of
-        an environment shares: the engine caches it. It ends on the special token
-        `<|im_end|>`, so the full prompt tokenizes to the same ids up to there."""
         tools = req.tools if req.tools and req.tool_choice != "none" else None
         messages = [msgspec.to_builtins(m) for m in req.messages]
         for m in messages:
@@ -51,21 +44,7 @@ class PromptBuilder:
         )
         forced = _forced_prefix(req.tool_choice) if tools else ""
         ids = list(self.tokenizer(text + forced, add_special_tokens=False)["input_ids"])
-        return ids, forced, self._system_length(messages, tools, ids)
-
-    def _system_length(self, messages: list[dict[str, Any]], tools: Any, ids: list[int]) -> int:
-        system = [m for m in messages[:1] if m.get("role") == "system"]
-        if not system:
-            return 0  # the template's default system turn: short, not worth caching
-        text = self.tokenizer.apply_chat_template(
-            system,
-            tools=tools,
-            chat_template=self.template,
-            tokenize=False,
-            add_generation_prompt=False,
-        )
-        head = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return len(head) if ids[: len(head)] == head else 0
+        return ids, forced
 
 
 def _forced_prefix(choice: str | dict[str, Any] | None) -> str:

@@ -28,6 +28,7 @@ class ServeConfig:
     port: int = 8000
     max_batch: int = 32
     batch_window_ms: float = 10.0
+    kv_cache_mb: int = 4096
     threads: int | None = None
     cache_dir: Path = DEFAULT_CACHE
 
@@ -41,7 +42,11 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     engine = Engine(
-        model, tokenizer, max_batch=cfg.max_batch, batch_window=cfg.batch_window_ms / 1000
+        model,
+        tokenizer,
+        max_batch=cfg.max_batch,
+        batch_window=cfg.batch_window_ms / 1000,
+        kv_budget_bytes=cfg.kv_cache_mb << 20,
     )
     name = cfg.served_name or cfg.model
     context = int(getattr(model.config, "max_position_embeddings", 2048))

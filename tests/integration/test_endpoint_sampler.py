@@ -271,6 +271,7 @@ async def test_token_prompts_reuse_their_cached_system_turn(
     ]
     assert engine.stats.prefix_hits >= before + 1  # the second prompt reused the first's turn
     for ids, reply in zip(prompts, replies, strict=True):
+        await engine.run_on_engine(engine.kv.clear)
         [cold] = await engine.generate(
             ids, SamplingParams(temperature=0, max_tokens=10, logprobs=True)
         )

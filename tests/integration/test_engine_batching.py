@@ -1,6 +1,6 @@
-"""The serve-model engine batches requests whose cached prefixes differ (a synthetic
-environment's episodes each have their own system turn) into one batch, prefilled whole, and
-generates for each exactly what it would alone; requests sharing a prefix still share it."""
+"""The serve-model engine batches requests whatever their prompts, generates for each exactly
+what it would alone, starts a conversation's next turn from the keys and values its last turn
+left, and lets requests that arrive while a batch decodes join it."""
 
 from __future__ import annotations
 
@@ -29,36 +29,94 @@ def engine() -> Iterator[Engine]:
     engine.stop()
 
 
-def prompt(system: int, user: int) -> tuple[list[int], int]:
-    """Token ids of a system turn (one of several) and a user turn; the system turn's length."""
-    head = [1] + [100 + system] * 40 + [2]
-    return [*head, 300 + user, 301 + user, 302], len(head)
+@pytest.fixture(scope="module")
+def uncached() -> Iterator[Engine]:
+    """The same weights with no key/value store: every prompt runs whole, alone."""
+    tokenizer = smollm2_tokenizer()
+    engine = Engine(tiny_llama(tokenizer).eval(), tokenizer, max_batch=1, kv_budget_bytes=0)
+    engine.start()
+    yield engine
+    engine.stop()
 
 
-async def alone(engine: Engine, ids: list[int], prefix_len: int) -> Any:
-    return (await engine.generate(ids, GREEDY, prefix_len=prefix_len))[0]
+def prompt(system: int, user: int) -> list[int]:
+    """Token ids of a system turn (one of several) and a user turn."""
+    return [1, *[100 + system] * 40, 2, 300 + user, 301 + user, 302]
 
 
-async def test_requests_with_different_prefixes_share_one_batch(engine: Engine) -> None:
+async def alone(engine: Engine, ids: list[int], params: SamplingParams = GREEDY) -> Any:
+    return (await engine.generate(ids, params))[0]
+
+
+def same(want: Any, got: Any) -> None:
+    assert got.token_ids == want.token_ids
+    for a, b in zip(want.logprobs, got.logprobs, strict=True):
+        assert abs(a.logprob - b.logprob) < 1e-4
+
+
+async def test_requests_with_different_prompts_share_one_batch(
+    engine: Engine, uncached: Engine
+) -> None:
     prompts = [prompt(system, user) for system in range(4) for user in range(2)]
-    expected = [await alone(engine, ids, n) for ids, n in prompts]
-    batches = engine.stats.batches
-    together = await asyncio.gather(
-        *(engine.generate(ids, GREEDY, prefix_len=n) for ids, n in prompts)
-    )
-    assert engine.stats.batches == batches + 1  # 8 requests, 4 prefixes: one batch
+    expected = [await alone(uncached, ids) for ids in prompts]
+    batches, hits = engine.stats.batches, engine.stats.prefix_hits
+    together = await asyncio.gather(*(engine.generate(ids, GREEDY) for ids in prompts))
+    assert engine.stats.batches == batches + 1  # 8 requests: one batch
+    assert engine.stats.prefix_hits >= hits + 4  # each system turn's second user reused it
     for want, [got] in zip(expected, together, strict=True):
-        assert got.token_ids == want.token_ids
-        for a, b in zip(want.logprobs, got.logprobs, strict=True):
-            assert abs(a.logprob - b.logprob) < 1e-4
+        same(want, got)
 
 
-async def test_requests_sharing_a_prefix_still_use_its_cache(engine: Engine) -> None:
-    prompts = [prompt(9, user) for user in range(4)]
-    hits = engine.stats.prefix_hits
-    together = await asyncio.gather(
-        *(engine.generate(ids, GREEDY, prefix_len=n) for ids, n in prompts)
-    )
-    assert engine.stats.prefix_hits == hits + 4
-    for (ids, _), [got] in zip(prompts, together, strict=True):
-        assert got.token_ids == (await alone(engine, ids, 0)).token_ids
+async def test_the_next_turn_starts_where_the_last_one_ended(
+    engine: Engine, uncached: Engine
+) -> None:
+    first = prompt(7, 0)
+    reply = await alone(engine, first)
+    second = [*first, *reply.token_ids, 400, 401, 402]
+    prefilled = engine.stats.prefilled_tokens
+    got = await alone(engine, second)
+    # the reply's last token was never fed (it was the last sampled): it runs with the new turn
+    assert engine.stats.prefilled_tokens - prefilled <= 4
+    same(await alone(uncached, second), got)
+
+
+async def test_a_request_arriving_mid_batch_joins_it(engine: Engine, uncached: Engine) -> None:
+    long = SamplingParams(temperature=0, max_tokens=300, logprobs=True)
+    early, late = prompt(11, 0), prompt(12, 0)
+    expected = [await alone(uncached, early, long), await alone(uncached, late)]
+    joined = engine.stats.joined
+    decoding = asyncio.Event()
+    first = asyncio.ensure_future(engine.generate(early, long, on_delta=lambda _: decoding.set()))
+    await decoding.wait()  # the first batch is decoding
+    second = await alone(engine, late)
+    assert not first.done()  # it was answered from the running batch
+    same(expected[1], second)
+    same(expected[0], (await first)[0])
+    assert engine.stats.joined == joined + 1
+
+
+async def test_sampled_rows_reproduce_with_their_seed(engine: Engine, uncached: Engine) -> None:
+    sampled = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=8, seed=5)
+    ids = prompt(20, 1)
+    want = await uncached.generate(ids, sampled, n=3)
+    got = await engine.generate(ids, sampled, n=3)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+
+
+def test_waiting_requests_of_another_adapter_stop_joins(engine: Engine) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        from shared.serving.engine import Request
+
+        def request(adapter: str | None) -> Request:
+            return Request([1, 2, 3], adapter, GREEDY, 1, loop, loop.create_future(), None, [None])
+
+        mine, theirs = request(None), request("other")
+        engine._pending.extend([mine])
+        assert engine._joiners(None, 1) == [mine]
+        engine._pending.extend([request(None), theirs])
+        assert engine._joiners(None, 1) == []  # the batch drains; "other" goes next
+        assert engine._joiners(None, 16) == []
+        engine._pending.clear()
+    finally:
+        loop.close()

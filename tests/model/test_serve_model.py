@@ -191,15 +191,17 @@ async def test_adapter_changes_logprobs_and_unloading_restores_them(
     assert "rand" in [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
     with_adapter = await _logprobs(client, "rand")
     base_while_loaded = await _logprobs(client, "smollm2")
-    assert with_adapter != before
-    assert base_while_loaded == before  # the base model name bypasses a loaded adapter
+    assert with_adapter != pytest.approx(before, abs=1e-3)
+    # the base model name bypasses a loaded adapter (this time from the stored prompt: the
+    # same values up to float rounding)
+    assert base_while_loaded == pytest.approx(before, abs=1e-4)
     dup = await client.post(
         "/v1/load_lora_adapter", json={"lora_name": "rand", "lora_path": str(random_adapter)}
     )
     assert dup.status == 400
     resp = await client.post("/v1/unload_lora_adapter", json={"lora_name": "rand"})
     assert resp.status == 200
-    assert await _logprobs(client, "smollm2") == before
+    assert await _logprobs(client, "smollm2") == pytest.approx(before, abs=1e-4)
     await post(client, chat("hi", model="rand"), 404)
 
 
@@ -256,25 +258,24 @@ async def test_prefix_cache_gives_the_same_tokens(loaded: tuple[object, Engine])
     server, engine = loaded
     system = Message(role="system", content="You are a phone assistant. " * 20)
 
-    def prompt(text: str) -> tuple[list[int], int]:
+    def prompt(text: str) -> list[int]:
         request = ChatRequest(
             model="smollm2", messages=[system, Message(role="user", content=text)], tools=TOOLS
         )
-        ids, _, shared = server.prompts.build_with_prefix(request)  # type: ignore[attr-defined]
-        return ids, shared
+        return server.prompts.build(request)[0]  # type: ignore[attr-defined]
 
     greedy = SamplingParams(temperature=0, max_tokens=12, logprobs=True)
-    (short, shared), (long, shared_too) = (
-        prompt("Wake me at 7."),
-        prompt("Please set an alarm for 07:30 tomorrow."),
-    )
-    assert shared == shared_too > 100 and short[:shared] == long[:shared]
-    plain = [(await engine.generate(ids, greedy))[0] for ids in (short, long)]
-    hits = engine.stats.prefix_hits
-    cached = await asyncio.gather(
-        *(engine.generate(ids, greedy, prefix_len=shared) for ids in (short, long))
-    )
-    assert engine.stats.prefix_hits >= hits + 2
+    short, long = prompt("Wake me at 7."), prompt("Please set an alarm for 07:30 tomorrow.")
+    plain = []
+    for ids in (short, long):
+        await engine.run_on_engine(engine.kv.clear)
+        plain.append((await engine.generate(ids, greedy))[0])
+    await engine.run_on_engine(engine.kv.clear)
+    hits, prefilled = engine.stats.prefix_hits, engine.stats.prefilled_tokens
+    cached = await asyncio.gather(*(engine.generate(ids, greedy) for ids in (short, long)))
+    assert engine.stats.prefix_hits >= hits + 1
+    # the second ran only where it parts from the first (the system turn with the tools is shared)
+    assert engine.stats.prefilled_tokens - prefilled < len(short) + len(long) - 100
     for fresh, reused in zip(plain, (c[0] for c in cached), strict=True):
         assert reused.token_ids == fresh.token_ids
         for a, b in zip(fresh.logprobs, reused.logprobs, strict=True):
