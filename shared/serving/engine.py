@@ -299,8 +299,10 @@ class Engine:
                 decoding.step(next_ids)
             joining = self._joiners(adapter, len(rows))
             if joining:
-                self.stats.joined += sum(r.n for r in joining) if rows else 0
-                self.stats.batches += not rows
+                if rows:
+                    self.stats.joined += sum(r.n for r in joining)
+                else:  # the batch had drained: these start the next one
+                    self.stats.batches += 1
                 self._join(decoding, rows, joining)
 
     def _join(self, decoding: Batch, rows: list[_Row], requests: list[Request]) -> None:

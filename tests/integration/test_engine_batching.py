@@ -20,23 +20,23 @@ pytestmark = [pytest.mark.slow]
 GREEDY = SamplingParams(temperature=0, max_tokens=6, logprobs=True)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
+def running(**settings: Any) -> Iterator[Engine]:
     tokenizer = smollm2_tokenizer()
-    engine = Engine(tiny_llama(tokenizer).eval(), tokenizer, max_batch=16, batch_window=0.2)
+    engine = Engine(tiny_llama(tokenizer).eval(), tokenizer, **settings)
     engine.start()
     yield engine
     engine.stop()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    yield from running(max_batch=16, batch_window=0.2)
 
 
 @pytest.fixture(scope="module")
 def uncached() -> Iterator[Engine]:
     """The same weights with no key/value store: every prompt runs whole, alone."""
-    tokenizer = smollm2_tokenizer()
-    engine = Engine(tiny_llama(tokenizer).eval(), tokenizer, max_batch=1, kv_budget_bytes=0)
-    engine.start()
-    yield engine
-    engine.stop()
+    yield from running(max_batch=1, kv_budget_bytes=0)
 
 
 def prompt(system: int, user: int) -> list[int]:

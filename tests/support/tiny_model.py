@@ -15,12 +15,17 @@ def smollm2_tokenizer() -> Any:
 
 
 def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
+    return tiny_llama_of(len(tokenizer), seed)
+
+
+def tiny_llama_of(vocab_size: int, seed: int = 0) -> Any:
+    """The tiny Llama over a vocabulary of `vocab_size` ids (no tokenizer needed)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,

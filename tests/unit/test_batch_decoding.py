@@ -11,25 +11,14 @@ torch = pytest.importorskip("torch", reason="decoding needs the train extra")
 
 from shared.serving.batch import Batch  # noqa: E402
 from shared.serving.kv_store import KVStore  # noqa: E402
+from tests.support.tiny_model import tiny_llama_of  # noqa: E402
 
 VOCAB = 64
 
 
 @pytest.fixture(scope="module")
 def model() -> object:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama_of(VOCAB).eval()
 
 
 def alone(model: object, ids: list[int]) -> torch.Tensor:
