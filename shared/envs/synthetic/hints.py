@@ -24,6 +24,13 @@ def task_hint(spec: SyntheticSpec, data: dict[str, Any]) -> str:
         lines.append("The tools that matter here: " + ", ".join(needed) + ".")
     for name in needed:
         lines.extend(_argument_notes(name))
+    optional = [note for name in needed if (note := _optional_note(name))]
+    if optional:
+        lines.append(
+            "Give only the arguments the request or a tool's answer gives you values for; "
+            "leave out optional ones you have no value for (" + "; ".join(optional) + ") "
+            "rather than make values up."
+        )
     if data.get("withheld"):
         lines.append(
             "The request leaves out a detail you need: ask the user for it before acting, "
@@ -41,6 +48,17 @@ def task_hint(spec: SyntheticSpec, data: dict[str, Any]) -> str:
 
 
 FORM_WORDS = ("HH:MM", "YYYY", "format", "e.g.", "ISO")
+
+
+def _optional_note(tool: str) -> str:
+    """`tool: a, b`: the tool's arguments that are not required (empty when none)."""
+    try:
+        params = schema_of(tool)["function"].get("parameters") or {}
+    except KeyError:
+        return ""
+    required = set(params.get("required") or ())
+    optional = [arg for arg in params.get("properties") or {} if arg not in required]
+    return f"`{tool}`: " + ", ".join(f"`{arg}`" for arg in optional) if optional else ""
 
 
 def _argument_notes(tool: str) -> list[str]:
