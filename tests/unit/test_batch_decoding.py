@@ -91,3 +91,17 @@ def test_a_step_needs_one_token_per_row(model: object) -> None:
         batch.step([1, 2])
     with pytest.raises(ValueError, match="empty prompt"):
         batch.add([[]])
+
+
+@torch.no_grad()
+def test_rows_decoding_past_their_buffer_s_room_keep_their_keys_and_values(
+    model: object,
+) -> None:
+    from shared.serving.batch import ROOM
+
+    rng = random.Random(3)
+    batch = Batch(model, pad_id=0)
+    batch.add([tokens(rng, 12), tokens(rng, 5)])
+    for _ in range(ROOM + 40):  # the buffers fill up and grow once
+        batch.step(tokens(rng, 2))
+    check(model, batch)
