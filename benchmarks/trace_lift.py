@@ -46,16 +46,21 @@ from shared.store.models import Adapter, Capability, Cycle, Task, TrainingJob, T
 
 AGENT = "lift-bot"
 CONFIGS: dict[str, dict[str, Any]] = {
-    # Sized for 2 CPU cores and at most 3 hours (see docs/benchmarks.md for the arithmetic):
-    # 12 test tasks x 4 trials = 48 episodes per method.
+    # Sized for 2 CPU cores and at most 3 hours, from the stage times of `retrace demo` on the
+    # same engine (docs/benchmarks.md): a 24-episode toolbox rollout takes about 15 minutes,
+    # one capability's calibration, 32 GRPO rollouts and held-out check about 30, GRPO on the
+    # target about 20 and GEPA about 12 (32 rollouts each). Four configurations (base, the
+    # adapter, the two baselines) x 6 test tasks x 4 trials = 96 evaluation episodes, about
+    # 60 minutes: about 2.3 hours in all. 24 episodes per method give a pass-rate interval of
+    # about +-0.2 at a rate near 0.5 (less near 0): large effects only.
     "cpu": {
         "diagnose_tasks": 12,
         "diagnose_trials": 2,
-        "eval_tasks": 12,
+        "eval_tasks": 6,
         "eval_trials": 4,
         "rollout_budget": 32,
         "max_tokens": 128,
-        "max_capabilities": 2,
+        "max_capabilities": 1,
         "route_tasks": 0,
         "baselines": ["grpo_target", "gepa"],
     },

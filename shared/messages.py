@@ -96,10 +96,14 @@ class CapabilitiesIdentified(Contract, frozen=True):
 
     agent_id: uuid.UUID
     capability_ids: list[uuid.UUID]
-    """The capabilities kept by the criterion, best first."""
+    """The capabilities kept by the criterion, best first, to synthesize now."""
     cycle_id: uuid.UUID | None = None
     request_id: uuid.UUID | None = None
     """The diagnosis rollout the capabilities were found in."""
+    reserve_ids: list[uuid.UUID] = msgspec.field(default_factory=list)
+    """Kept capabilities beyond the cycle's `max_capabilities`, best first: when one of
+    `capability_ids` gets no calibrated environment, the evaluator sends the next of these
+    to synthesis in its place (in a `capabilities.identified` of its own)."""
 
 
 class EnvironmentReady(Contract, frozen=True):

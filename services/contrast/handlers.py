@@ -100,9 +100,10 @@ class ContrastHandlers:
             if stats.kept:
                 kept.append(row.id)
         limit = await _capability_limit(ctx, msg.cycle_id)
+        reserves: list[uuid.UUID] = []
         if limit is not None and len(kept) > limit:
             log.info("cycle budget: only the best capabilities go on", kept=len(kept), limit=limit)
-            kept = kept[:limit]
+            kept, reserves = kept[:limit], kept[limit:]
         log.info(
             "diagnosis done",
             request=str(msg.request_id),
@@ -116,6 +117,7 @@ class ContrastHandlers:
                 capability_ids=kept,
                 cycle_id=msg.cycle_id,
                 request_id=msg.request_id,
+                reserve_ids=reserves,
             )
         )
 

@@ -169,6 +169,7 @@ class EvaluatorHandlers:
         cycle.data = {
             **cycle.data,
             "capabilities": [str(i) for i in msg.capability_ids],
+            "reserves": [str(i) for i in msg.reserve_ids],
             "environments": {},
         }
 
@@ -189,11 +190,35 @@ class EvaluatorHandlers:
         cycle = await self._cycle(ctx, cycle_id, c.SYNTHESIZING)
         if cycle is None or str(capability_id) not in cycle.data.get("capabilities", []):
             return
+        if str(capability_id) in cycle.data.get("environments", {}):
+            return  # settled before: a redelivery
         envs = {**cycle.data.get("environments", {}), str(capability_id): environment_id}
         failures = {**cycle.data.get("synthesis_failures", {})}
         if environment_id is None:
             failures[str(capability_id)] = why
         cycle.data = {**cycle.data, "environments": envs, "synthesis_failures": failures}
+        reserves = list(cycle.data.get("reserves", []))
+        if environment_id is None and reserves:
+            # the next-best kept capability takes the failed one's place in the budget
+            stand_in = reserves.pop(0)
+            cycle.data = {
+                **cycle.data,
+                "capabilities": [*cycle.data["capabilities"], stand_in],
+                "reserves": reserves,
+            }
+            ctx.emit(
+                CapabilitiesIdentified(
+                    agent_id=cycle.agent_id,
+                    capability_ids=[uuid.UUID(stand_in)],
+                    cycle_id=cycle.id,
+                )
+            )
+            log.info(
+                "no environment for a capability: the next one in reserve is synthesized",
+                cycle=str(cycle.id),
+                failed=str(capability_id),
+                next=stand_in,
+            )
         if set(envs) < set(cycle.data["capabilities"]):
             return
         ready = {cap: env for cap, env in envs.items() if env is not None}

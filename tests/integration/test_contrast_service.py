@@ -317,7 +317,7 @@ async def test_reference_solutions_stand_in_for_missing_successes(
     assert tools.statistics["delta"] > 0.9
 
 
-async def test_a_cycle_budget_passes_on_only_the_best_capabilities(
+async def test_a_cycle_budget_passes_on_only_the_best_capabilities_and_keeps_the_rest_in_reserve(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
     from shared.store.models import Cycle
@@ -365,3 +365,5 @@ async def test_a_cycle_budget_passes_on_only_the_best_capabilities(
     assert len(kept) > 1
     assert len(event.capability_ids) == 1
     assert event.capability_ids[0] in {c.id for c in kept}
+    # the others wait in reserve, in case the best one gets no calibrated environment
+    assert set(event.reserve_ids) == {c.id for c in kept} - set(event.capability_ids)

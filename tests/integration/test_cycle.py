@@ -7,8 +7,9 @@ events change nothing, the promotion, and that a second cycle for a busy agent i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import msgspec
 import pytest
@@ -483,3 +484,99 @@ async def test_a_cycle_whose_training_fails_measures_the_agent_as_is_and_says_wh
     service.stop()
     await run
     await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def evaluator_running(
+    service_cfg: ServiceConfig,
+) -> AsyncIterator[tuple[NatsBus, Callable[[Contract], Awaitable[None]]]]:
+    """The evaluator service, and a bus with a `send` that publishes as another service."""
+    cfg = EvaluatorConfig(**{f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__})  # type: ignore[arg-type]
+    service = Service(
+        "evaluator", cfg, EvaluatorHandlers(cfg, FirstAdapter()).table(), default_port=0
+    )
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+
+    async def send(message: Contract) -> None:
+        await bus.publish("acme", message, msg_id=f"t-{uuid.uuid4()}")
+
+    try:
+        yield bus, send
+    finally:
+        service.stop()
+        await run
+        await bus.close()
+
+
+async def test_a_capability_without_an_environment_gives_its_place_to_the_next_kept_one(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        agent_id = agent.id
+        caps = [
+            Capability(agent_id=agent_id, name=n, definition=n) for n in ("hard", "easy", "spare")
+        ]
+        session.add_all(caps)
+        await session.flush()
+        hard, easy, spare = (cap.id for cap in caps)
+        env = Environment(
+            name="synthetic/easy",
+            version=1,
+            kind="synthetic",
+            status="ready",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
+            capability_id=easy,
+        )
+        session.add(env)
+        await session.flush()
+        env_id = env.id
+    cycle_id = uuid.uuid4()
+    one = msgspec.structs.replace(SETTINGS, max_capabilities=1, baselines=[])
+
+    async def cycle() -> Cycle | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Cycle, cycle_id)
+
+    async with evaluator_running(service_cfg) as (bus, send):
+        events = f"{service_cfg.nats.stream_prefix}_EVENTS"
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=one))
+        await eventually(lambda: _state_is(cycle, "diagnosing"), within=30)
+        await send(
+            CapabilitiesIdentified(
+                agent_id=agent_id,
+                capability_ids=[hard],
+                cycle_id=cycle_id,
+                reserve_ids=[easy, spare],
+            )
+        )
+        await eventually(lambda: _state_is(cycle, "synthesizing"), within=30)
+        failed = SynthesisFailed(capability_id=hard, reason="too hard", cycle_id=cycle_id)
+        await send(failed)
+        await send(failed)  # a redelivery takes no second reserve
+
+        async def asked() -> bool:
+            sent = await emitted(bus, events, CapabilitiesIdentified)
+            return any(m.capability_ids == [easy] for m in sent)  # type: ignore[attr-defined]
+
+        await eventually(asked, within=30)
+        await asyncio.sleep(0.5)
+        row = await cycle()
+        assert row is not None and row.state == "synthesizing"  # waiting for the stand-in
+        assert row.data["capabilities"] == [str(hard), str(easy)]
+        assert row.data["reserves"] == [str(spare)]
+        assert row.data["synthesis_failures"] == {str(hard): "too hard"}
+        await send(EnvironmentReady(environment_id=env_id, capability_id=easy, cycle_id=cycle_id))
+        await eventually(lambda: _state_is(cycle, "training"), within=30)
+        async with store.tenant("acme") as session:
+            [job] = list(await session.scalars(select(TrainingJob)))
+        assert job.capability_id == easy and job.environment_id == env_id
+
+
+async def _state_is(cycle: Callable[[], Awaitable[Cycle | None]], wanted: str) -> bool:
+    row = await cycle()
+    return row is not None and row.state == wanted
