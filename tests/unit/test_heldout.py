@@ -47,15 +47,15 @@ def test_the_base_is_played_with_the_adapter_off(tokenizer: Any) -> None:
             if "lora_B" in name:
                 p.normal_(0, 5.0)
     played: list[bool] = []
-    original = policy.model.generate
+    original = policy.model.forward
 
-    def generate(*args: Any, **kwargs: Any) -> Any:
+    def forward(*args: Any, **kwargs: Any) -> Any:
         played.append(
             not policy.model.base_model.model.model.layers[0].self_attn.q_proj.disable_adapters
         )
         return original(*args, **kwargs)
 
-    policy.model.generate = generate  # type: ignore[method-assign]
+    policy.model.forward = forward  # type: ignore[method-assign]
     heldout(policy, ENV, S, HeldoutSettings(tasks=2, samples=1, batch=2))
     assert True in played and False in played  # both models played
 
