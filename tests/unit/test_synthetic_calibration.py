@@ -56,8 +56,8 @@ def test_all_successes_are_rejected_as_too_easy() -> None:
     text = "\n".join(result.reasons)
     assert "too easy: mean reward 1.000 (95% interval 1.000 to 1.000) above 0.6" in text
     assert "too easy: success rate 1.000 (95% interval 1.000 to 1.000) above 0.6" in text
-    assert "too easy: 100% of groups succeed in every sample" in text
-    assert "only 0% of groups have differing rewards" in text
+    assert "too easy: 100% (95% interval 96% to 100%) of groups succeed in every sample" in text
+    assert "only 0% (95% interval 0% to 4%) of groups have differing rewards" in text
     assert "too hard" not in text
 
 
@@ -66,7 +66,7 @@ def test_all_zeros_are_rejected_as_too_hard() -> None:
     assert not result.accepted and result.direction == "easier"
     text = "\n".join(result.reasons)
     assert "too hard: mean reward 0.000 (95% interval 0.000 to 0.000) below 0.2" in text
-    assert "too hard: 100% of groups score 0 in every sample" in text
+    assert "too hard: 100% (95% interval 96% to 100%) of groups score 0 in every sample" in text
     assert "too easy" not in text
 
 
@@ -203,3 +203,16 @@ def test_one_task_is_judged_on_its_point_estimate() -> None:
     result = calibrate([[0.1, 0.0, 0.2, 0.1]])
     assert result.mean_interval == (pytest.approx(0.1), pytest.approx(0.1))
     assert not result.accepted and result.direction == "easier"
+
+
+def test_group_shares_are_judged_on_their_interval_at_a_handful_of_groups() -> None:
+    # the third demo run's report_result_to_user: one group of four all zero (25% against a
+    # ceiling of 20%) is noise at four groups; three of four is not
+    one_zero = calibrate([[0.0] * 4, [0.5, 0.0, 1.0, 0.5], [0.5, 1.0, 0.0, 0.5], [1.0, 0.5, 0, 0]])
+    assert one_zero.accepted, one_zero.reasons
+    assert one_zero.all_zero == 0.25
+    three_zero = calibrate([[0.0] * 4] * 3 + [[1.0, 0.5, 0.0, 0.5]])
+    assert any("score 0 in every sample" in r for r in three_zero.reasons)
+    # at the paper's 100 groups the interval is narrow: 30% is still too many
+    many = calibrate([[0.0] * 4] * 30 + [[1.0, 0.5, 0.0, 0.5]] * 70)
+    assert any("score 0 in every sample" in r for r in many.reasons)

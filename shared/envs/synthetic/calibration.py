@@ -10,7 +10,10 @@ when the 95% interval of its mean (over tasks, the independent units) lies wholl
 band, too easy only when it lies wholly above. With the paper's 100 tasks the interval is
 narrow and this is the point rule; with the 4 tasks a CPU can afford per round, a mean of
 0.19 against a floor of 0.2 is noise, and rejecting on it throws away a good environment and
-the 10 minutes its calibration cost (docs/benchmarks.md, the demo on Qwen).
+the 10 minutes its calibration cost (docs/benchmarks.md, the demo on Qwen). The shares of
+groups (all one, all zero, informative) are judged the same way, on their 95% Wilson
+interval: with 4 groups, one all-zero group is 25% against a ceiling of 20%, which rejected
+the third demo run's only learnable environment.
 
 The success floor is off by default. The rewards are graded so that GRPO groups have variance
 before any sample solves the whole task; an environment whose groups all differ teaches even
@@ -125,22 +128,23 @@ def calibrate(
     def succeeded(reward: float) -> bool:
         return reward >= config.success_reward - tol
 
-    def share(test: Callable[[list[float]], bool]) -> float:
-        return sum(1 for group in groups if test(group)) / len(groups)
+    def count(test: Callable[[list[float]], bool]) -> int:
+        return sum(1 for group in groups if test(group))
 
     mean = sum(flat) / len(flat)
     success = sum(1 for r in flat if succeeded(r)) / len(flat)
     mean_ci = _interval([sum(group) / len(group) for group in groups])
     success_ci = _interval([sum(map(succeeded, group)) / len(group) for group in groups])
-    all_one = share(lambda group: all(succeeded(r) for r in group))
-    all_zero = share(lambda group: all(r <= tol for r in group))
-    informative = share(lambda group: max(group) - min(group) > tol)
+    n = len(groups)
+    all_one = _share(count(lambda group: all(succeeded(r) for r in group)), n)
+    all_zero = _share(count(lambda group: all(r <= tol for r in group)), n)
+    informative = _share(count(lambda group: max(group) - min(group) > tol), n)
     easy = _easy_reasons(config, (mean, *mean_ci), (success, *success_ci), all_one)
     hard = _hard_reasons(config, (mean, *mean_ci), (success, *success_ci), all_zero)
     reasons = [*easy, *hard]
-    if informative < config.min_informative:
+    if informative[2] < config.min_informative:
         reasons.append(
-            f"only {informative:.0%} of groups have differing rewards "
+            f"only {_shown(informative, '.0%')} of groups have differing rewards "
             f"(at least {config.min_informative:.0%})"
         )
     with_hint = [r for group in groups for r in group[:hinted]]
@@ -154,9 +158,9 @@ def calibrate(
         success_rate=round(success, 6),
         mean_interval=(round(mean_ci[0], 6), round(mean_ci[1], 6)),
         success_interval=(round(success_ci[0], 6), round(success_ci[1], 6)),
-        all_one=round(all_one, 6),
-        all_zero=round(all_zero, 6),
-        informative=round(informative, 6),
+        all_one=round(all_one[0], 6),
+        all_zero=round(all_zero[0], 6),
+        informative=round(informative[0], 6),
         reasons=reasons,
         hinted_rollouts=len(with_hint),
         hinted_mean=_rate(with_hint, lambda r: r),
@@ -208,38 +212,47 @@ def _t975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
 
 
-def _shown(estimate: Estimate) -> str:
+def _share(k: int, n: int) -> Estimate:
+    """The share k/n and its 95% Wilson score interval (sound at a handful of groups)."""
+    z2 = 1.96**2
+    p = k / n
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = math.sqrt(z2) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return p, max(0.0, center - half), min(1.0, center + half)
+
+
+def _shown(estimate: Estimate, spec: str = ".3f") -> str:
     value, low, high = estimate
-    return f"{value:.3f} (95% interval {low:.3f} to {high:.3f})"
+    return f"{value:{spec}} (95% interval {low:{spec}} to {high:{spec}})"
 
 
 def _easy_reasons(
-    config: CalibrationConfig, mean: Estimate, success: Estimate, ones: float
+    config: CalibrationConfig, mean: Estimate, success: Estimate, ones: Estimate
 ) -> list[str]:
     reasons = []
     if mean[1] > config.max_mean:
         reasons.append(f"too easy: mean reward {_shown(mean)} above {config.max_mean}")
     if success[1] > config.max_success:
         reasons.append(f"too easy: success rate {_shown(success)} above {config.max_success}")
-    if ones > config.max_all_one:
+    if ones[1] > config.max_all_one:
         reasons.append(
-            f"too easy: {ones:.0%} of groups succeed in every sample (at most "
+            f"too easy: {_shown(ones, '.0%')} of groups succeed in every sample (at most "
             f"{config.max_all_one:.0%})"
         )
     return reasons
 
 
 def _hard_reasons(
-    config: CalibrationConfig, mean: Estimate, success: Estimate, zeros: float
+    config: CalibrationConfig, mean: Estimate, success: Estimate, zeros: Estimate
 ) -> list[str]:
     reasons = []
     if mean[2] < config.min_mean:
         reasons.append(f"too hard: mean reward {_shown(mean)} below {config.min_mean}")
     if success[2] < config.min_success:
         reasons.append(f"too hard: success rate {_shown(success)} below {config.min_success}")
-    if zeros > config.max_all_zero:
+    if zeros[1] > config.max_all_zero:
         reasons.append(
-            f"too hard: {zeros:.0%} of groups score 0 in every sample (at most "
+            f"too hard: {_shown(zeros, '.0%')} of groups score 0 in every sample (at most "
             f"{config.max_all_zero:.0%})"
         )
     return reasons
