@@ -43,6 +43,7 @@ import msgspec
 
 from shared.envs.synthetic.families import family_of
 from shared.envs.synthetic.spec import KNOB_BOUNDS, SyntheticSpec
+from shared.stats import wilson
 
 Direction = Literal["keep", "harder", "easier"]
 
@@ -214,11 +215,7 @@ def _t975(df: int) -> float:
 
 def _share(k: int, n: int) -> Estimate:
     """The share k/n and its 95% Wilson score interval (sound at a handful of groups)."""
-    z2 = 1.96**2
-    p = k / n
-    center = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = math.sqrt(z2) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return p, max(0.0, center - half), min(1.0, center + half)
+    return (k / n, *wilson(k, n))
 
 
 def _shown(estimate: Estimate, spec: str = ".3f") -> str:
