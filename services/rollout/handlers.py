@@ -16,7 +16,7 @@ from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
 from shared.errors import PermanentError, RetryableError
-from shared.llm.adapters import Served
+from shared.llm.adapters import Served, artifact_of
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import Contract, RolloutCompleted, RolloutRequested, Sampling
@@ -66,7 +66,7 @@ class RolloutHandlers:
             already_stored=len(tasks) * msg.trials - len(todo),
         )
         model = msg.adapter or agent.model
-        await self.served.ensure(ctx.session, model)
+        await self.served.ensure(model, await artifact_of(ctx.session, model))
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
         hinted = hinted_trials(msg.trials, msg.hint_share)
 

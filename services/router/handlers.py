@@ -17,10 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+import asyncpg
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.router.config import RouterConfig
 from services.router.conversations import prefix_tips, tip
@@ -41,7 +44,7 @@ from shared.routing.modes import (
 )
 from shared.routing.profiles import first_user_text, profiles
 from shared.runtime.service import Service
-from shared.store.agents import get_agent
+from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
 from shared.store.tenants import tenant_for_key
 
@@ -58,6 +61,17 @@ class Feedback(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
 
 def error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+
+
+@web.middleware
+async def _store_unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A store that cannot be reached is the service's fault, not the caller's: 503, said
+    plainly, whatever the request was (never a 404 or a bare 500)."""
+    try:
+        return await handler(request)
+    except (SQLAlchemyError, asyncpg.PostgresError, ConnectionError) as exc:
+        log.warning("store unavailable", path=request.path, error=repr(exc))
+        return error(503, f"the store is unavailable, try again: {exc}", "service_unavailable")
 
 
 class RouterApp:
@@ -98,6 +112,7 @@ class RouterApp:
         )
 
     def routes(self, app: web.Application) -> None:
+        app.middlewares.append(_store_unavailable)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/feedback", self.feedback)
         app.router.add_get("/v1/models", self.models)
@@ -169,31 +184,35 @@ class RouterApp:
             return error(400, "messages must not be empty")
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
+        # Three short transactions, none held across a model or endpoint call: look the
+        # agent and conversation up; route a new conversation (an embedding or a classifier
+        # request) and record it; then make sure the endpoint serves the target.
         async with self.service.store.tenant(tenant) as session:
             try:
                 agent = await get_agent(session, req.model)
-            except Exception:  # noqa: BLE001  unknown agent: the caller's mistake, said plainly
+            except AgentNotFoundError:
                 return error(404, f"no agent {req.model!r} for this tenant (GET /v1/models)")
             conversation = await self._find(session, agent, request, messages)
-            if conversation is None:
-                decision = await self._mode_for(agent).decide(
-                    first_user_text(messages), await self._candidates(tenant, agent)
-                )
-                conversation = Conversation(
-                    agent_id=agent.id,
-                    adapter_id=decision.adapter.adapter_id if decision.adapter else None,
-                    tip="",
-                    route=decision.record(),
-                )
+        if conversation is None:
+            decision = await self._mode_for(agent).decide(
+                first_user_text(messages), await self._candidates(tenant, agent)
+            )
+            conversation = Conversation(
+                agent_id=agent.id,
+                adapter_id=decision.adapter.adapter_id if decision.adapter else None,
+                tip="",
+                route=decision.record(),
+            )
+            async with self.service.store.tenant(tenant) as session:
                 session.add(conversation)
-                await session.flush()
-            target = await self._target(session, agent, conversation)
-            if conversation.turns == 0:
-                try:  # an endpoint that restarted has forgotten its adapters: load it again
-                    await self.served.ensure(session, target)
-                except (PermanentError, LLMError) as exc:
-                    return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
-            conversation_id = conversation.id
+        async with self.service.store.tenant(tenant) as session:
+            target, artifact = await self._target(session, agent, conversation)
+        if conversation.turns == 0:
+            try:  # an endpoint that restarted has forgotten its adapters: load it again
+                await self.served.ensure(target, artifact)
+            except (PermanentError, LLMError, aiohttp.ClientError, TimeoutError) as exc:
+                return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
+        conversation_id = conversation.id
         if self.route_seconds is not None:
             self.route_seconds.observe(time.perf_counter() - started)
         body["model"] = target
@@ -236,11 +255,16 @@ class RouterApp:
                 return by_tip[h]
         return None
 
-    async def _target(self, session: Any, agent: Agent, conversation: Conversation) -> str:
+    async def _target(
+        self, session: Any, agent: Agent, conversation: Conversation
+    ) -> tuple[str, str | None]:
+        """The model the conversation is served by, and its adapter's artifact (if any)."""
         if conversation.adapter_id is None:
-            return agent.model
+            return agent.model, None
         adapter = await session.get(Adapter, conversation.adapter_id)
-        return adapter.name if adapter is not None else agent.model
+        if adapter is None:
+            return agent.model, None
+        return adapter.name, adapter.artifact_uri
 
     def _mode_for(self, agent: Agent) -> RoutingMode:
         """The configured mode; `learned` uses the examples the agent's last promoting cycle

@@ -37,20 +37,26 @@ class Served:
             self._at = time.monotonic()
         return self._names
 
-    async def ensure(self, session: AsyncSession, model: str) -> None:
-        """Return once the endpoint serves `model`; load it if it is one of the tenant's
-        adapters; a `PermanentError` saying what is served otherwise."""
+    async def ensure(self, model: str, artifact_uri: str | None) -> None:
+        """Return once the endpoint serves `model`; load it from `artifact_uri` (an adapter's,
+        from `artifact_of`) when it does not; a `PermanentError` saying what is served
+        otherwise. Called outside any transaction: it may wait on the endpoint."""
         if model in await self.names():
             return
         if model in await self.names(fresh=True):
             return
-        adapter = await session.scalar(select(Adapter).where(Adapter.name == model))
-        if adapter is not None and adapter.artifact_uri:
-            log.info("adapter not served; loading it", adapter=model, path=adapter.artifact_uri)
-            await self.client.load_adapter(model, adapter.artifact_uri)
+        if artifact_uri:
+            log.info("adapter not served; loading it", adapter=model, path=artifact_uri)
+            await self.client.load_adapter(model, artifact_uri)
             if model in await self.names(fresh=True):
                 return
         raise PermanentError(
             f"the inference endpoint serves {await self.names()}, not {model!r}: "
             "load the adapter or fix the agent's model"
         )
+
+
+async def artifact_of(session: AsyncSession, model: str) -> str | None:
+    """The artifact of the tenant's adapter named `model` (None for a base model)."""
+    adapter = await session.scalar(select(Adapter).where(Adapter.name == model))
+    return adapter.artifact_uri if adapter is not None else None

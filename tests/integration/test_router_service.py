@@ -16,12 +16,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from services.router.config import RouterConfig
 from services.router.service import build
 from shared import embeddings
-from shared.config import HttpConfig, ModelConfig, ServiceConfig
+from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Adapter, Capability, Conversation, Trajectory
@@ -40,8 +40,15 @@ class Upstream:
         self.models: list[str] = []
         self.served = ["smollm2", "bot--convert_currency--v1"]
         self.loaded: list[dict[str, str]] = []
+        self.server: TestServer | None = None
+        self.models_gate: asyncio.Event | None = None
+        """When set, /v1/models answers only once the event is set (a slow endpoint)."""
+        self.models_asked = asyncio.Event()
 
     async def list_models(self, _: web.Request) -> web.Response:
+        self.models_asked.set()
+        if self.models_gate is not None:
+            await self.models_gate.wait()
         return web.json_response(
             {
                 "object": "list",
@@ -143,6 +150,7 @@ async def router(
     upstream = Upstream()
     server = TestServer(upstream.app())
     await server.start_server()
+    upstream.server = server
     port = _free_port()
     cfg = RouterConfig(
         **{
@@ -266,3 +274,51 @@ async def test_learned_mode_routes_by_the_winners_of_similar_train_tasks(
     assert status == 200 and upstream.models == ["bot--set_alarms--v1"]
     # the embedding mode would pick the currency adapter; the learned examples say alarms
     assert headers["X-Retrace-Adapter"] == "bot--set_alarms--v1"
+
+
+async def test_no_transaction_is_held_while_the_endpoint_is_awaited(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """Routing a new conversation waits on the endpoint (is the adapter served?); the router's
+    Postgres connections must not sit in an open transaction meanwhile."""
+    url, key, upstream, _ = router
+    upstream.models_gate = asyncio.Event()
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    async with aiohttp.ClientSession() as http:
+        pending = asyncio.create_task(_chat(http, url, key, {"model": "bot", "messages": alarm}))
+        await asyncio.wait_for(upstream.models_asked.wait(), 60)
+        async with store.cross_tenant() as session:
+            open_ = await session.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+                )
+            )
+        upstream.models_gate.set()
+        status, headers, _ = await pending
+    assert open_ == 0
+    assert status == 200 and headers["X-Retrace-Adapter"] == "bot--set_alarms--v1"
+
+
+async def test_a_store_failure_is_503_and_an_endpoint_that_stays_down_502(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store, db_cfg: DatabaseConfig
+) -> None:
+    url, key, upstream, _ = router
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    async with aiohttp.ClientSession() as http:
+        assert upstream.server is not None
+        await upstream.server.close()  # connections refused from now on
+        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+        assert status == 502 and payload["error"]["type"] == "upstream_error"
+        assert "bot--set_alarms--v1" in payload["error"]["message"]
+
+        async with store.cross_tenant() as session:  # the agents' table is gone: a broken store
+            await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".agents RENAME TO gone'))
+        try:
+            status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+        finally:
+            async with store.cross_tenant() as session:
+                await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".gone RENAME TO agents'))
+    assert status == 503, payload  # not "no agent 'bot'": the agent exists
+    assert payload["error"]["type"] == "service_unavailable"
+    assert "store is unavailable" in payload["error"]["message"]

@@ -8,7 +8,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from shared.errors import PermanentError
-from shared.llm.adapters import Served
+from shared.llm.adapters import Served, artifact_of
 from shared.llm.client import LLMClient
 from shared.store import Store
 from shared.store.agents import create_agent
@@ -49,10 +49,14 @@ async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
     async with LLMClient(f"http://127.0.0.1:{server.port}") as client:
         ensure = Served(client, ttl_s=60).ensure
         async with store.tenant("acme") as session:
-            await ensure(session, "smollm2")
-            await ensure(session, "bot--alarms--v1")
-            await ensure(session, "bot--alarms--v1")  # now served: no second load
-            with pytest.raises(PermanentError, match=r"serves .*not 'ghost'"):
-                await ensure(session, "ghost")
+            assert await artifact_of(session, "smollm2") is None
+            alarms = await artifact_of(session, "bot--alarms--v1")
+            assert await artifact_of(session, "ghost") is None
+        assert alarms == "/artifacts/alarms/v1"
+        await ensure("smollm2", None)
+        await ensure("bot--alarms--v1", alarms)
+        await ensure("bot--alarms--v1", alarms)  # now served: no second load
+        with pytest.raises(PermanentError, match=r"serves .*not 'ghost'"):
+            await ensure("ghost", None)
     await server.close()
     assert loads == [{"lora_name": "bot--alarms--v1", "lora_path": "/artifacts/alarms/v1"}]
