@@ -6,14 +6,16 @@ import uuid
 
 import msgspec
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.contrast.config import ContrastConfig
+from services.contrast.criterion import CapabilityStats
 from services.contrast.deterministic import CATALOGUE
 from services.contrast.diagnosis import diagnose, similarity
 from services.contrast.judge import JudgeConfig, JudgeLabeller, JudgeProposer
 from services.contrast.references import reference_views
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
-from shared.bus.delivery import Handler, HandlerContext
+from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import CapabilitiesIdentified, Contract, RolloutCompleted
@@ -38,15 +40,21 @@ class ContrastHandlers:
     def table(self) -> dict[type[Contract], Handler]:
         return {RolloutCompleted: self.rollout_completed}
 
+    @long_running
     async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:
-        """A diagnosis rollout is stored: name what its failures lack."""
+        """A diagnosis rollout is stored: name what its failures lack. The judge (when one is
+        configured) works outside any transaction; the capabilities and the message that
+        announces them are recorded together."""
         if msg.purpose != "diagnose":
             return
-        views, skipped = await self._trajectories(ctx, msg.request_id)
-        references: list[TrajectoryView] = []
-        if sum(v.success for v in views) < self.cfg.min_successes:
-            failed = {v.task_id for v in views if not v.success}
-            references = await reference_views(ctx.session, msg.request_id, failed)
+        async with ctx.store.tenant(ctx.tenant) as session:
+            views, skipped = await self._trajectories(session, msg.request_id)
+            references: list[TrajectoryView] = []
+            few = sum(v.success for v in views) < self.cfg.min_successes
+            if few:
+                failed = {v.task_id for v in views if not v.success}
+                references = await reference_views(session, msg.request_id, failed)
+        if few:
             log.info(
                 "few successes: reference solutions join the contrast",
                 request=str(msg.request_id),
@@ -60,6 +68,42 @@ class ContrastHandlers:
             judge=self.judge,
             text_similarity=self.similarity,
         )
+        async with ctx.record() as session:
+            kept = await self._store(session, msg, results, views, references, skipped)
+            limit = await _capability_limit(session, msg.cycle_id)
+            reserves: list[uuid.UUID] = []
+            if limit is not None and len(kept) > limit:
+                log.info(
+                    "cycle budget: only the best capabilities go on", kept=len(kept), limit=limit
+                )
+                kept, reserves = kept[:limit], kept[limit:]
+            log.info(
+                "diagnosis done",
+                request=str(msg.request_id),
+                trajectories=len(views),
+                candidates=len(results),
+                kept=len(kept),
+            )
+            ctx.emit(
+                CapabilitiesIdentified(
+                    agent_id=msg.agent_id,
+                    capability_ids=kept,
+                    cycle_id=msg.cycle_id,
+                    request_id=msg.request_id,
+                    reserve_ids=reserves,
+                )
+            )
+
+    async def _store(
+        self,
+        session: AsyncSession,
+        msg: RolloutCompleted,
+        results: list[CapabilityStats],
+        views: list[TrajectoryView],
+        references: list[TrajectoryView],
+        skipped: int,
+    ) -> list[uuid.UUID]:
+        """The candidates as capability rows; the ids of the kept ones, best first."""
         kept: list[uuid.UUID] = []
         for stats in results:
             row = Capability(
@@ -95,37 +139,17 @@ class ContrastHandlers:
                     "skipped_malformed": skipped,
                 },
             )
-            ctx.session.add(row)
-            await ctx.session.flush()
+            session.add(row)
+            await session.flush()
             if stats.kept:
                 kept.append(row.id)
-        limit = await _capability_limit(ctx, msg.cycle_id)
-        reserves: list[uuid.UUID] = []
-        if limit is not None and len(kept) > limit:
-            log.info("cycle budget: only the best capabilities go on", kept=len(kept), limit=limit)
-            kept, reserves = kept[:limit], kept[limit:]
-        log.info(
-            "diagnosis done",
-            request=str(msg.request_id),
-            trajectories=len(views),
-            candidates=len(results),
-            kept=len(kept),
-        )
-        ctx.emit(
-            CapabilitiesIdentified(
-                agent_id=msg.agent_id,
-                capability_ids=kept,
-                cycle_id=msg.cycle_id,
-                request_id=msg.request_id,
-                reserve_ids=reserves,
-            )
-        )
+        return kept
 
     async def _trajectories(
-        self, ctx: HandlerContext, request_id: uuid.UUID
+        self, session: AsyncSession, request_id: uuid.UUID
     ) -> tuple[list[TrajectoryView], int]:
         """The request's train-split trajectories; malformed ones are counted and left out."""
-        rows = await ctx.session.execute(
+        rows = await session.execute(
             select(
                 Trajectory.id,
                 Task.external_id,
@@ -166,12 +190,12 @@ class ContrastHandlers:
         return views, skipped
 
 
-async def _capability_limit(ctx: HandlerContext, cycle_id: uuid.UUID | None) -> int | None:
+async def _capability_limit(session: AsyncSession, cycle_id: uuid.UUID | None) -> int | None:
     """The cycle's `max_capabilities`: how many kept capabilities (best first) go on to
     synthesis and training; the rest stay stored as identified."""
     if cycle_id is None:
         return None
-    cycle = await ctx.session.get(Cycle, cycle_id)
+    cycle = await session.get(Cycle, cycle_id)
     if cycle is None:
         return None
     return cycle.settings.max_capabilities

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from services.rollout.config import RolloutConfig
 from services.rollout.tasks import import_tasks, select_tasks
-from shared.bus.delivery import Handler, HandlerContext
+from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import load_environment, parse_ref
 from shared.envs.protocol import TaskSpec
@@ -38,13 +38,17 @@ class RolloutHandlers:
     def table(self) -> dict[type[Contract], Handler]:
         return {RolloutRequested: self.rollout_requested}
 
+    @long_running
     async def rollout_requested(self, msg: RolloutRequested, ctx: HandlerContext) -> None:
         if not 1 <= msg.trials <= MAX_TRIALS:
             raise PermanentError(f"trials must be between 1 and {MAX_TRIALS}, got {msg.trials}")
-        agent = await ctx.session.get(Agent, msg.agent_id)
-        if agent is None:
-            raise PermanentError(f"no agent {msg.agent_id} for tenant {ctx.tenant}")
-        env = await load_environment(ctx.session, msg.environment)
+        async with ctx.store.tenant(ctx.tenant) as session:
+            agent = await session.get(Agent, msg.agent_id)
+            if agent is None:
+                raise PermanentError(f"no agent {msg.agent_id} for tenant {ctx.tenant}")
+            env = await load_environment(session, msg.environment)
+            model = msg.adapter or agent.model
+            artifact = await artifact_of(session, model)
         tasks = select_tasks(env, msg.split, msg.task_ids)
         if not tasks:
             raise PermanentError(f"{msg.environment} has no tasks for split {msg.split!r}")
@@ -65,8 +69,7 @@ class RolloutHandlers:
             episodes=len(tasks) * msg.trials,
             already_stored=len(tasks) * msg.trials - len(todo),
         )
-        model = msg.adapter or agent.model
-        await self.served.ensure(model, await artifact_of(ctx.session, model))
+        await self.served.ensure(model, artifact)
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
         hinted = hinted_trials(msg.trials, msg.hint_share)
 

@@ -16,17 +16,20 @@ into the inference endpoint, and announced with `adapter.trained`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.train.config import TrainConfig
 from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
@@ -34,7 +37,7 @@ from services.train.grpo import GRPOSettings, Policy, lora_policy
 from services.train.heldout import HeldoutSettings, heldout
 from services.train.sampling import EndpointSampler, Sampler
 from services.train.trainer import Budget, Checkpoints, Progress, train
-from shared.bus.delivery import Handler, HandlerContext
+from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.loading import load_environment, row_ref
 from shared.envs.protocol import Environment as EnvProtocol
 from shared.errors import ConfigError, PermanentError, RetryableError
@@ -56,6 +59,10 @@ log = get_logger(__name__)
 
 class TrainStopped(RetryableError):
     """The worker is stopping; the job goes back to the queue and resumes from its checkpoint."""
+
+
+class LeaseLostError(RetryableError):
+    """The job's claim could not be renewed: another worker may take it, so this one stops."""
 
 
 class TrainHandlers:
@@ -94,45 +101,105 @@ class TrainHandlers:
         except (TypeError, ValueError) as exc:
             raise PermanentError(f"job config is invalid: {exc}") from exc
 
+    @long_running
     async def train_requested(self, msg: TrainRequested, ctx: HandlerContext) -> None:
-        job = await ctx.session.get(TrainingJob, msg.job_id)
-        if job is None:
-            raise PermanentError(f"training job {msg.job_id} does not exist")
-        if job.status in ("done", "failed"):
-            log.info("training job already finished", job=str(job.id), status=job.status)
-            return
-        try:
-            env_row, agent, capability, settings, budget = await self._validate(ctx, job)
-        except PermanentError as exc:
-            self._failed(ctx, job, str(exc))
+        # Read and validate in one short transaction; train outside any; record the result
+        # (adapter, job row, outgoing message) in `ctx.record()`.
+        async with ctx.store.tenant(ctx.tenant) as session:
+            job = await session.get(TrainingJob, msg.job_id)
+            if job is None:
+                raise PermanentError(f"training job {msg.job_id} does not exist")
+            if job.status in ("done", "failed"):
+                log.info("training job already finished", job=str(job.id), status=job.status)
+                return
+            try:
+                env_row, agent, capability, settings, budget = await self._validate(session, job)
+                # a synthetic environment, or a target (the "GRPO on the target" baseline)
+                env = await load_environment(session, row_ref(env_row))
+            except PermanentError as exc:
+                failure: str | None = str(exc)
+            else:
+                failure = None
+        if failure is not None:
+            await self._failed(ctx, job.id, job.cycle_id, failure)
             return
         checkpoint = self._root(ctx.tenant) / "checkpoints" / str(job.id)
         claim = await self._claim(ctx, job.id, checkpoint)
         if claim != "claimed":
             log.info("training job not taken", job=str(job.id), reason=claim)
             return
-        lease = asyncio.create_task(self._renew(ctx, job.id))
-        # a synthetic environment, or a target (the "GRPO on the target" baseline)
-        env = await load_environment(ctx.session, row_ref(env_row))
-        if job.config.get("kind") == "gepa":
-            try:
-                await self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint)
-            finally:
-                lease.cancel()
-            return
         stop = threading.Event()
+        lease = asyncio.create_task(self._renew(ctx, job.id, stop))
+        try:
+            if job.config.get("kind") == "gepa":
+                await self._guarded(
+                    self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint),
+                    lease,
+                )
+            else:
+                await self._guarded(
+                    self._grpo(
+                        ctx,
+                        job,
+                        env_row,
+                        env,
+                        agent,
+                        capability,
+                        settings,
+                        budget,
+                        checkpoint,
+                        stop,
+                    ),
+                    lease,
+                )
+        finally:
+            lease.cancel()
+            await asyncio.gather(lease, return_exceptions=True)
+
+    async def _guarded(self, work: Coroutine[Any, Any, None], lease: asyncio.Task[None]) -> None:
+        """Run `work` while the lease holds. A lease that could not be renewed (the store
+        unreachable for a whole lease) ends `lease` with `LeaseLostError`: the work is stopped
+        and the job handed back, before another worker may take it over."""
+        task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait([task, lease], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        if not task.done():
+            task.cancel()  # the lease ended first: it was lost
+            await asyncio.gather(task, return_exceptions=True)
+            lease.result()  # raises LeaseLostError
+        await task
+
+    async def _grpo(
+        self,
+        ctx: HandlerContext,
+        job: TrainingJob,
+        env_row: Environment,
+        env: EnvProtocol,
+        agent: Agent,
+        capability: Capability | None,
+        settings: GRPOSettings,
+        budget: Budget,
+        checkpoint: Path,
+        stop: threading.Event,
+    ) -> None:
         loop = asyncio.get_running_loop()
+        writes: list[concurrent.futures.Future[None]] = []
 
         def on_step(progress: Progress, _: object) -> None:
             last = progress.curve[-1]
             log.info("train step", job=str(job.id), **last)
-            asyncio.run_coroutine_threadsafe(self._progress(ctx, job.id, progress), loop)
+            writes.append(
+                asyncio.run_coroutine_threadsafe(self._progress(ctx, job.id, progress), loop)
+            )
 
         try:
             sampler = self._sampler(ctx.tenant, job.id, loop)
         except ConfigError as exc:
-            lease.cancel()
-            self._failed(ctx, job, f"training could not run: {exc}")
+            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}")
             return
         work = asyncio.ensure_future(
             asyncio.to_thread(
@@ -158,10 +225,10 @@ class TrainHandlers:
             raise
         except (ConfigError, PermanentError, ValueError) as exc:
             # a model that cannot load, an environment without train tasks: no retry helps
-            self._failed(ctx, job, f"training could not run: {exc}")
+            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}")
             return
         finally:
-            lease.cancel()
+            _report_progress_errors(job.id, writes)
         if progress.step < budget.steps(settings):
             raise TrainStopped(f"job {job.id} stopped at step {progress.step}")
         await self._register(
@@ -169,16 +236,14 @@ class TrainHandlers:
         )
 
     async def _validate(
-        self, ctx: HandlerContext, job: TrainingJob
+        self, session: AsyncSession, job: TrainingJob
     ) -> tuple[Environment, Agent, Capability | None, GRPOSettings, Budget]:
-        env_row = await ctx.session.get(Environment, job.environment_id)
-        capability = (
-            await ctx.session.get(Capability, job.capability_id) if job.capability_id else None
-        )
+        env_row = await session.get(Environment, job.environment_id)
+        capability = await session.get(Capability, job.capability_id) if job.capability_id else None
         if env_row is None or env_row.status != "ready":
             raise PermanentError(f"job {job.id}: its environment is missing or not ready")
         agent_id = capability.agent_id if capability else job.config.get("agent_id")
-        agent = await ctx.session.get(Agent, uuid.UUID(str(agent_id))) if agent_id else None
+        agent = await session.get(Agent, uuid.UUID(str(agent_id))) if agent_id else None
         if agent is None:
             raise PermanentError(f"job {job.id}: no agent (capability or config.agent_id)")
         overrides = job.config.get("grpo", {})
@@ -215,7 +280,7 @@ class TrainHandlers:
         (through the inference endpoint, like rollouts); the prompt goes into the job. The
         search is checkpointed after every iteration and resumes from there."""
         if self.client is None:
-            self._failed(ctx, job, "prompt optimisation needs the inference endpoint")
+            await self._failed(ctx, job.id, job.cycle_id, "prompt optimisation needs the endpoint")
             return
         tasks = [t for t in env.tasks() if t.split == "train"]
         try:
@@ -230,7 +295,7 @@ class TrainHandlers:
                 seed=self.cfg.seed,
             )
         except ValueError as exc:
-            self._failed(ctx, job, f"prompt optimisation cannot run: {exc}")
+            await self._failed(ctx, job.id, job.cycle_id, f"prompt optimisation cannot run: {exc}")
             return
         started = time.perf_counter()
         try:
@@ -238,8 +303,25 @@ class TrainHandlers:
                 tasks, agent.system_prompt, SearchCheckpoint(checkpoint)
             )
         except UnreadableCheckpointError as exc:  # starting over would pay twice
-            self._failed(ctx, job, f"prompt optimisation cannot resume: {exc}")
+            await self._failed(
+                ctx, job.id, job.cycle_id, f"prompt optimisation cannot resume: {exc}"
+            )
             return
+        async with ctx.record() as session:
+            await self._finish_prompt(session, job.id, result, time.perf_counter() - started)
+            ctx.emit(PromptOptimized(job_id=job.id, cycle_id=job.cycle_id))
+        log.info(
+            "prompt optimised",
+            job=str(job.id),
+            score=round(result.score, 3),
+            seed=round(result.seed_score, 3),
+            rollouts=result.rollouts,
+        )
+
+    async def _finish_prompt(
+        self, session: AsyncSession, job_id: uuid.UUID, result: Any, wall_s: float
+    ) -> None:
+        job = await _job(session, job_id)
         job.status = "done"
         job.config = {
             **job.config,
@@ -252,22 +334,18 @@ class TrainHandlers:
                 "accepted": result.accepted,
             },
             "progress": {"rollouts": result.rollouts, "resumes": result.resumes},
-            "wall_s": round(time.perf_counter() - started, 3),
+            "wall_s": round(wall_s, 3),
         }
-        ctx.emit(PromptOptimized(job_id=job.id, cycle_id=job.cycle_id))
-        log.info(
-            "prompt optimised",
-            job=str(job.id),
-            score=round(result.score, 3),
-            seed=round(result.seed_score, 3),
-            rollouts=result.rollouts,
-        )
 
-    def _failed(self, ctx: HandlerContext, job: TrainingJob, why: str) -> None:
-        job.status = "failed"
-        job.error = why
-        ctx.emit(TrainingFailed(job_id=job.id, reason=why, cycle_id=job.cycle_id))
-        log.error("training job failed", job=str(job.id), reason=why)
+    async def _failed(
+        self, ctx: HandlerContext, job_id: uuid.UUID, cycle_id: uuid.UUID | None, why: str
+    ) -> None:
+        async with ctx.record() as session:
+            job = await _job(session, job_id)
+            job.status = "failed"
+            job.error = why
+            ctx.emit(TrainingFailed(job_id=job_id, reason=why, cycle_id=cycle_id))
+        log.error("training job failed", job=str(job_id), reason=why)
 
     def _train(
         self,
@@ -359,18 +437,36 @@ class TrainHandlers:
             job.config = {**job.config, "claim": {"msg_id": ctx.msg_id, "worker": self.worker}}
         return "claimed"
 
-    async def _renew(self, ctx: HandlerContext, job_id: uuid.UUID) -> None:
-        """Keep the claim alive (`updated_at`) while this worker trains."""
+    async def _renew(self, ctx: HandlerContext, job_id: uuid.UUID, stop: threading.Event) -> None:
+        """Keep the claim alive (`updated_at`) while this worker trains. A renewal that fails
+        is tried again; once none has succeeded for most of a lease, the lease is lost:
+        training is told to stop and `LeaseLostError` ends this task, before the claim
+        expires and another worker may take the job."""
+        renewed = time.monotonic()
         while True:
-            await asyncio.sleep(self.cfg.lease_s / 3)
-            async with ctx.store.tenant(ctx.tenant) as session:
-                await session.execute(
-                    update(TrainingJob)
-                    .where(TrainingJob.id == job_id)
-                    .values(updated_at=func.now())
+            await asyncio.sleep(self.cfg.lease_s / 6)
+            try:
+                async with asyncio.timeout(self.cfg.lease_s / 6):
+                    async with ctx.store.tenant(ctx.tenant) as session:
+                        await session.execute(
+                            update(TrainingJob)
+                            .where(TrainingJob.id == job_id)
+                            .values(updated_at=func.now())
+                        )
+                renewed = time.monotonic()
+            except (SQLAlchemyError, OSError, TimeoutError) as exc:
+                held = time.monotonic() - renewed
+                log.warning(
+                    "lease renewal failed", job=str(job_id), error=repr(exc), since_s=round(held)
                 )
+                if held >= self.cfg.lease_s * 2 / 3:
+                    stop.set()
+                    raise LeaseLostError(
+                        f"job {job_id}: the lease could not be renewed for {held:.0f} s"
+                    ) from exc
 
     async def _progress(self, ctx: HandlerContext, job_id: uuid.UUID, p: Progress) -> None:
+        """The job's progress, for `retrace status` (the checkpoint is the real record)."""
         async with ctx.store.tenant(ctx.tenant) as session:
             job = await session.get(TrainingJob, job_id)
             if job is not None:
@@ -397,17 +493,26 @@ class TrainHandlers:
         checked: dict[str, Any],
     ) -> None:
         skill = capability.name if capability else env_row.name.split("/")[-1]
-        version = 1 + (
-            await ctx.session.scalar(
-                select(func.count())
-                .select_from(Adapter)
-                .where(Adapter.agent_id == agent.id, Adapter.capability_id == job.capability_id)
+        async with ctx.store.tenant(ctx.tenant) as session:
+            version = 1 + (
+                await session.scalar(
+                    select(func.count())
+                    .select_from(Adapter)
+                    .where(Adapter.agent_id == agent.id, Adapter.capability_id == job.capability_id)
+                )
+                or 0
             )
-            or 0
-        )
+        # the job's id keeps the name unique if two jobs of one capability count alike
         name = f"{agent.name}--{skill}--v{version}--{str(job.id)[:8]}"
         path = self._root(ctx.tenant) / "adapters" / agent.name / skill / f"v{version}-{job.id}"
         await asyncio.to_thread(policy.model.save_pretrained, path)
+        status = "trained"
+        if self.client is not None and self.cfg.load_into_endpoint:
+            try:
+                await self.client.load_adapter(name, str(path))
+                status = "loaded"
+            except (LLMError, PermanentError, OSError) as exc:
+                log.warning("adapter not loaded into the endpoint", adapter=name, error=str(exc))
         adapter = Adapter(
             agent_id=agent.id,
             capability_id=job.capability_id,
@@ -423,27 +528,40 @@ class TrainHandlers:
                 "group_size": settings.group_size,
             },
             training_curve=progress.curve,
-            status="trained",
+            status=status,
             heldout=checked,
         )
-        ctx.session.add(adapter)
-        await ctx.session.flush()
-        if self.client is not None and self.cfg.load_into_endpoint:
-            try:
-                await self.client.load_adapter(name, str(path))
-                adapter.status = "loaded"
-            except (LLMError, PermanentError, OSError) as exc:
-                log.warning("adapter not loaded into the endpoint", adapter=name, error=str(exc))
-        job.status = "done"
-        job.adapter_id = adapter.id
-        job.config = {
-            **job.config,
-            "progress": {"step": progress.step, "rollouts": progress.rollouts},
-            "wall_s": round(progress.wall_s, 3),
-            "resumed_from": progress.resumes,
-        }
-        ctx.emit(AdapterTrained(adapter_id=adapter.id, job_id=job.id, cycle_id=job.cycle_id))
+        async with ctx.record() as session:
+            session.add(adapter)
+            await session.flush()
+            row = await _job(session, job.id)
+            row.status = "done"
+            row.adapter_id = adapter.id
+            row.config = {
+                **row.config,
+                "progress": {"step": progress.step, "rollouts": progress.rollouts},
+                "wall_s": round(progress.wall_s, 3),
+                "resumed_from": progress.resumes,
+            }
+            ctx.emit(AdapterTrained(adapter_id=adapter.id, job_id=job.id, cycle_id=job.cycle_id))
         log.info("adapter trained", adapter=name, steps=progress.step, rollouts=progress.rollouts)
+
+
+async def _job(session: AsyncSession, job_id: uuid.UUID) -> TrainingJob:
+    """The job's row, locked for the write that finishes it."""
+    job = await session.get(TrainingJob, job_id, with_for_update=True)
+    if job is None:
+        raise PermanentError(f"training job {job_id} disappeared while it ran")
+    return job
+
+
+def _report_progress_errors(
+    job_id: uuid.UUID, writes: list[concurrent.futures.Future[None]]
+) -> None:
+    """Progress rows are advisory, but a write that failed is said, not dropped."""
+    for write in writes:
+        if write.done() and not write.cancelled() and write.exception() is not None:
+            log.warning("progress not written", job=str(job_id), error=repr(write.exception()))
 
 
 def _calibrated_share(spec: dict[str, Any]) -> float:

@@ -6,6 +6,13 @@ the message was processed and the messages it emits (its outbox) commit in one t
 A redelivery of a processed message skips the handler and re-publishes the outbox; outbox
 message ids are derived from the incoming id, so JetStream and downstream consumers drop the
 repeats.
+
+Long handlers (`long_running`: rollouts, training, judge calls) get no transaction of their
+own: holding one across minutes of model work would pin a pooled connection, keep row locks
+and stop vacuum. They read and write in short transactions of their own (`ctx.store`), each
+idempotent, and write their result in `ctx.record()`: the one transaction that also records
+the message as processed with its outbox. A handler that never opens it is recorded when it
+returns.
 """
 
 from __future__ import annotations
@@ -14,9 +21,10 @@ import asyncio
 import base64
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.msg import Msg
@@ -40,12 +48,17 @@ MAX_ID = 150
 """Longest incoming message id stored as is (the column holds 200)."""
 
 
+class AlreadyRecordedError(Exception):
+    """Another delivery of the same message recorded it first (its outbox is the one sent)."""
+
+
 @dataclass
 class HandlerContext:
-    """What a handler gets beside its message: its tenant's transaction and a way to emit."""
+    """What a handler gets beside its message: its tenant's transaction (a long handler: the
+    means to record its result) and a way to emit."""
 
     tenant: str
-    session: AsyncSession
+    _session: AsyncSession | None
     subject: str
     msg_id: str
     attempt: int
@@ -56,11 +69,37 @@ class HandlerContext:
     """For work that must commit on its own, before the handler ends (long handlers'
     progress); such writes must be idempotent themselves."""
     outbox: list[dict[str, Any]] = field(default_factory=list)
+    _recorder: Callable[[], AbstractAsyncContextManager[AsyncSession]] | None = None
+    recorded: bool = False
+    """A long handler's result and its outbox are committed."""
+
+    @property
+    def session(self) -> AsyncSession:
+        """The handler's transaction (short handlers only)."""
+        if self._session is None:
+            raise RuntimeError(
+                "a long-running handler has no transaction: use ctx.store for short ones "
+                "and ctx.record() for its result"
+            )
+        return self._session
+
+    def record(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """Long handlers only: a transaction for the handler's result that also records the
+        message as processed, with everything emitted so far; at most once per delivery.
+        Raises `AlreadyRecordedError` (before the block runs) when another delivery of the
+        message recorded it first."""
+        if self._recorder is None:
+            raise RuntimeError("only a long-running handler records its own result")
+        if self.recorded:
+            raise RuntimeError("this delivery is recorded already")
+        return self._recorder()
 
     def emit(self, message: Contract, *, key: str | None = None) -> None:
         """Publish `message` for the same tenant once this handler's transaction commits.
 
         `key` names the emission when a handler emits several messages of one kind."""
+        if self.recorded:
+            raise RuntimeError("emitted after the delivery was recorded: it would be lost")
         suffix = key if key is not None else str(len(self.outbox))
         self.outbox.append(
             {
@@ -89,6 +128,17 @@ def record_id(msg_id: str) -> str:
 
 
 Handler = Callable[[Any, HandlerContext], Awaitable[None]]
+H = TypeVar("H", bound=Callable[..., Awaitable[None]])
+
+
+def long_running(handler: H) -> H:
+    """Mark a handler as long work: it runs outside any transaction (see the module's doc)."""
+    handler.long_running = True  # type: ignore[attr-defined]
+    return handler
+
+
+def is_long_running(handler: Handler) -> bool:
+    return bool(getattr(handler, "long_running", False))
 
 
 @dataclass
@@ -192,6 +242,8 @@ class Delivery:
         self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int
     ) -> tuple[list[dict[str, Any]], bool]:
         """Run the handler unless this message was processed; return the outbox to publish."""
+        if is_long_running(self.handler):
+            return await self._run_long(msg, tenant, message, msg_id, attempt)
         key = {"consumer": self.consumer, "msg_id": msg_id}
         try:
             async with self.store.tenant(tenant) as session:
@@ -223,6 +275,61 @@ class Delivery:
             if "processed_messages_tenant_id" in str(exc.orig):
                 raise ContractError(f"unknown tenant {tenant!r}") from exc
             raise
+
+    async def _run_long(
+        self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """A long handler: no transaction while it works; its result, the processed record and
+        the outbox commit together in `ctx.record()` (or when it returns)."""
+        done = await self._processed_outbox(tenant, msg_id)
+        if done is not None:
+            return done, True
+        ctx = HandlerContext(
+            tenant, None, msg.subject, msg_id, attempt, msg.in_progress, self.store
+        )
+
+        @asynccontextmanager
+        async def recorder() -> AsyncIterator[AsyncSession]:
+            async with self.store.tenant(tenant) as session:
+                claimed = await session.execute(
+                    insert(ProcessedMessage)
+                    .values(
+                        tenant_id=tenant,
+                        subject=msg.subject,
+                        outbox=[],
+                        consumer=self.consumer,
+                        msg_id=msg_id,
+                    )
+                    .on_conflict_do_nothing()
+                    .returning(ProcessedMessage.msg_id)
+                )
+                if claimed.first() is None:
+                    raise AlreadyRecordedError(msg_id)
+                yield session
+                if ctx.outbox:
+                    await session.execute(
+                        update(ProcessedMessage)
+                        .where(
+                            ProcessedMessage.consumer == self.consumer,
+                            ProcessedMessage.msg_id == msg_id,
+                        )
+                        .values(outbox=ctx.outbox)
+                    )
+            ctx.recorded = True
+
+        ctx._recorder = recorder
+        try:
+            await self.handler(message, ctx)
+            if not ctx.recorded:
+                async with ctx.record():
+                    pass
+        except AlreadyRecordedError:
+            return await self._processed_outbox(tenant, msg_id) or [], True
+        except IntegrityError as exc:
+            if "processed_messages_tenant_id" in str(exc.orig):
+                raise ContractError(f"unknown tenant {tenant!r}") from exc
+            raise
+        return ctx.outbox, False
 
     async def _processed_outbox(self, tenant: str, msg_id: str) -> list[dict[str, Any]] | None:
         async with self.store.tenant(tenant) as session:

@@ -27,6 +27,7 @@ from shared.store.agents import create_agent
 from shared.store.models import Adapter, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key
 from tests.integration.test_delivery import eventually, healthy
+from tests.support.transactions import open_transactions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 if not embeddings.available():
@@ -287,13 +288,7 @@ async def test_no_transaction_is_held_while_the_endpoint_is_awaited(
     async with aiohttp.ClientSession() as http:
         pending = asyncio.create_task(_chat(http, url, key, {"model": "bot", "messages": alarm}))
         await asyncio.wait_for(upstream.models_asked.wait(), 60)
-        async with store.cross_tenant() as session:
-            open_ = await session.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
-                )
-            )
+        open_ = await open_transactions(store)
         upstream.models_gate.set()
         status, headers, _ = await pending
     assert open_ == 0

@@ -37,6 +37,7 @@ from shared.store.tenants import create_tenant  # noqa: E402
 from tests.integration.test_delivery import dead_letters, eventually, healthy  # noqa: E402
 from tests.support.fake_chat import FakeJudge, script  # noqa: E402
 from tests.support.tiny_model import save_tiny_model  # noqa: E402
+from tests.support.transactions import open_transactions  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -141,7 +142,17 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
             and refused.status == "failed"
         )
 
+    held: list[int] = []
+
+    async def watch() -> None:  # a transaction held through training would show here
+        while True:
+            held.append(await open_transactions(store, older_than_s=2.0))
+            await asyncio.sleep(0.25)
+
+    watcher = asyncio.create_task(watch())
     await eventually(finished, within=240)
+    watcher.cancel()
+    assert len(held) > 8 and max(held) == 0
     assert await dead_letters(bus) == []
     failed = await bus.js.stream_info(
         f"{service_cfg.nats.stream_prefix}_EVENTS",

@@ -8,7 +8,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from shared.bus.delivery import HandlerContext
+from shared.bus.delivery import HandlerContext, long_running
 from shared.errors import PermanentError
 from shared.messages import Contract, register
 
@@ -75,3 +75,47 @@ async def effect_counts(engine: AsyncEngine) -> dict[str, int]:
     async with engine.connect() as conn:
         rows = await conn.execute(select(effects.c.key, effects.c["count"]))
         return {key: count for key, count in rows}
+
+
+class LongPing(Contract, frozen=True):
+    """test -> long ping handler: work outside any transaction, then a recorded result."""
+
+    STAGE = "test"
+    EVENT = "long_ping"
+
+    key: str
+    work_s: float = 0.0
+    """Seconds of "model work" before the result is recorded."""
+    crash_on: list[int] = []
+    """Attempts on which the handler raises after its work, before recording."""
+    record: bool = True
+    """Record the result itself (False: leave the recording to the delivery)."""
+
+
+register(LongPing)
+
+long_runs: dict[str, int] = {}
+"""How many times the long handler started, per key."""
+long_working: dict[str, asyncio.Event] = {}
+"""Set while the long handler of a key is in its work."""
+
+
+@long_running
+async def handle_long_ping(msg: LongPing, ctx: HandlerContext) -> None:
+    long_runs[msg.key] = long_runs.get(msg.key, 0) + 1
+    long_working.setdefault(msg.key, asyncio.Event()).set()
+    await asyncio.sleep(msg.work_s)
+    long_working[msg.key].clear()
+    if ctx.attempt in msg.crash_on:
+        raise RuntimeError(f"planted crash on attempt {ctx.attempt}")
+    if not msg.record:
+        ctx.emit(Pong(key=msg.key))
+        return
+    async with ctx.record() as session:
+        stmt = insert(effects).values(tenant_id=ctx.tenant, key=msg.key, count=1)
+        await session.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["tenant_id", "key"], set_={"count": effects.c["count"] + 1}
+            )
+        )
+        ctx.emit(Pong(key=msg.key))

@@ -1,0 +1,84 @@
+"""Long handlers on a real NATS and Postgres: no transaction while they work, their result
+recorded once with the message, retried without double effects, never run again once
+recorded."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from shared.bus import NatsBus
+from shared.config import ServiceConfig
+from shared.runtime.service import Service
+from shared.store import Store
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import _pong_count, _pong_ids, eventually, healthy
+from tests.support.ping import (
+    LongPing,
+    create_effects,
+    effect_counts,
+    handle_long_ping,
+    long_runs,
+    long_working,
+)
+from tests.support.transactions import open_transactions
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def client(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[NatsBus]:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    await create_effects(store.engine)
+    service = Service("long-pinger", service_cfg, {LongPing: handle_long_ping}, default_port=0)
+    task = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    yield bus
+    await bus.close()
+    service.stop()
+    assert await asyncio.wait_for(task, 20) == 0
+
+
+async def test_no_transaction_is_open_while_a_long_handler_works(
+    client: NatsBus, store: Store
+) -> None:
+    key = "work-a"
+    long_working[key] = asyncio.Event()
+    await client.publish("acme", LongPing(key=key, work_s=3.0), msg_id="m-work-a")
+    await asyncio.wait_for(long_working[key].wait(), 20)
+    await asyncio.sleep(0.5)
+    assert long_working[key].is_set()  # still at work
+    assert await open_transactions(store) == 0
+    await eventually(lambda: _pong_count(client, 1))
+    assert (await effect_counts(store.engine))[key] == 1
+
+
+async def test_a_crash_before_the_record_is_retried_once_in_effect(
+    client: NatsBus, store: Store
+) -> None:
+    key = "crash-b"
+    await client.publish("acme", LongPing(key=key, crash_on=[1, 2]), msg_id="m-crash-b")
+    await eventually(lambda: _pong_count(client, 1))
+    assert long_runs[key] == 3
+    assert (await effect_counts(store.engine))[key] == 1
+
+
+@pytest.mark.parametrize("records", [True, False], ids=["recorded", "recorded-on-return"])
+async def test_a_recorded_message_is_never_run_again(
+    client: NatsBus, store: Store, records: bool
+) -> None:
+    key = f"again-{records}"
+    message = LongPing(key=key, record=records)
+    await client.publish("acme", message, msg_id=f"m-{key}")
+    await eventually(lambda: _pong_count(client, 1))
+    # past the duplicate window the same id is stored again, as after a lost ack
+    await asyncio.sleep(client.cfg.duplicate_window + 0.5)
+    await client.publish("acme", message, msg_id=f"m-{key}")
+    await eventually(lambda: _pong_count(client, 2))  # the stored outbox, published again
+    assert long_runs[key] == 1
+    assert len(set(await _pong_ids(client))) == 1
+    assert (await effect_counts(store.engine)).get(key, 0) == (1 if records else 0)

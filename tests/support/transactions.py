@@ -1,0 +1,22 @@
+"""What Postgres says about open transactions: the check that long work holds none."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from shared.store import Store
+
+
+async def open_transactions(store: Store, older_than_s: float = 0.0) -> int:
+    """Connections to this database (other than the asking one) idle inside a transaction
+    that began more than `older_than_s` seconds ago."""
+    async with store.cross_tenant() as session:
+        count = await session.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid() "
+                "AND now() - xact_start > make_interval(secs => :age)"
+            ),
+            {"age": older_than_s},
+        )
+    return int(count or 0)

@@ -1,0 +1,84 @@
+"""A training job's lease: a renewal that keeps failing ends the lease before it expires,
+tells training to stop, and the job goes back instead of running on beside a second worker.
+(The real store's renewals are exercised by tests/integration/test_train_service.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.train.config import TrainConfig
+from services.train.handlers import LeaseLostError, TrainHandlers
+from shared.bus.delivery import HandlerContext
+
+
+class UnreachableStore:
+    """A store whose every transaction fails to connect, as when Postgres is down."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    @contextlib.asynccontextmanager
+    async def tenant(self, tenant: str) -> AsyncIterator[None]:
+        self.attempts += 1
+        raise ConnectionRefusedError("connect call failed")
+        yield
+
+
+async def _beat() -> None:
+    return None
+
+
+def _context(store: object) -> HandlerContext:
+    return HandlerContext("acme", None, "s", "m", 1, _beat, store)  # type: ignore[arg-type]
+
+
+async def test_a_lease_that_cannot_be_renewed_is_lost_before_it_expires() -> None:
+    handlers = TrainHandlers(TrainConfig(lease_s=6))
+    store = UnreachableStore()
+    stop = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(LeaseLostError, match="could not be renewed"):
+        await asyncio.wait_for(handlers._renew(_context(store), uuid.uuid4(), stop), 20)
+    lost_after = time.monotonic() - started
+    assert stop.is_set()  # training is told to stop
+    assert 4.0 <= lost_after < 6.0  # after 2/3 of the lease, before another worker may claim
+    assert store.attempts >= 3  # failed renewals are tried again, not given up at once
+
+
+async def test_work_is_stopped_when_the_lease_is_lost() -> None:
+    handlers = TrainHandlers(TrainConfig(lease_s=6))
+    stopped = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    lease = asyncio.create_task(
+        handlers._renew(_context(UnreachableStore()), uuid.uuid4(), threading.Event())
+    )
+    with pytest.raises(LeaseLostError):
+        await asyncio.wait_for(handlers._guarded(forever(), lease), 20)
+    assert stopped.is_set()
+
+
+async def test_work_that_finishes_first_keeps_its_result_and_errors() -> None:
+    handlers = TrainHandlers(TrainConfig(lease_s=6))
+
+    async def fails() -> None:
+        raise ValueError("planted")
+
+    lease = asyncio.create_task(asyncio.sleep(3600))
+    with pytest.raises(ValueError, match="planted"):
+        await handlers._guarded(fails(), lease)
+    assert not lease.done()
+    lease.cancel()
