@@ -71,6 +71,13 @@ class ConsumerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Seconds in-flight handlers get to finish on SIGTERM before they are cancelled and nak'd."""
     fetch_timeout: Seconds = 1.0
     """Seconds one pull waits for messages."""
+    time_limits: dict[str, Seconds] = msgspec.field(default_factory=dict)
+    """Seconds one handler may run, by contract kind (`{"train.requested": 86400}`), over the
+    contract's own `TIME_LIMIT_S`; past it the handler is cancelled and the message handed
+    back with backoff (a delivery attempt spent)."""
+
+    def time_limit(self, kind: str, default: float) -> float:
+        return self.time_limits.get(kind, default)
 
 
 class DatabaseConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -215,7 +222,13 @@ def _parse(key: str, raw: str, tp: Any, errors: list[str]) -> Any:
     if text == "" and type(None) in args:
         return None
     value: Any = text
-    if get_origin(tp) is list or any(get_origin(a) is list for a in args):
+    if get_origin(tp) is dict:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            errors.append(f"{key}={raw!r}: not a JSON object ({exc.msg})")
+            return _INVALID
+    elif get_origin(tp) is list or any(get_origin(a) is list for a in args):
         if text.startswith("["):
             try:
                 value = json.loads(text)
@@ -230,7 +243,13 @@ def _parse(key: str, raw: str, tp: Any, errors: list[str]) -> Any:
         errors.append(f"{key}={raw!r}: {exc}")
         return _INVALID
     # Lax conversion reads "inf" and "nan" as floats; no setting here means either.
-    numbers = parsed if isinstance(parsed, list) else [parsed]
+    numbers = (
+        list(parsed.values())
+        if isinstance(parsed, dict)
+        else parsed
+        if isinstance(parsed, list)
+        else [parsed]
+    )
     if any(isinstance(n, float) and not math.isfinite(n) for n in numbers):
         errors.append(f"{key}={raw!r}: expected a finite number")
         return _INVALID

@@ -31,6 +31,9 @@ class Contract(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     FAIR: ClassVar[bool] = False
     """Consumed in turn across tenants (one consumer per tenant, round robin), so one
     tenant's backlog cannot starve another tenant's work."""
+    TIME_LIMIT_S: ClassVar[float] = 600.0
+    """How long one handler of this contract may run before it is cancelled and the message
+    handed back with backoff (`RETRACE_CONSUMER_TIME_LIMITS` overrides it per contract)."""
 
     @classmethod
     def kind(cls) -> str:
@@ -51,6 +54,8 @@ class RolloutRequested(Contract, frozen=True):
 
     STAGE = "rollout"
     EVENT = "requested"
+    TIME_LIMIT_S = 4 * 3600.0
+    """A diagnosis or evaluation batch on a CPU model server takes tens of minutes."""
 
     request_id: uuid.UUID
     agent_id: uuid.UUID
@@ -78,6 +83,8 @@ class RolloutCompleted(Contract, frozen=True):
 
     STAGE = "rollout"
     EVENT = "completed"
+    TIME_LIMIT_S = 3600.0
+    """The contrast service's LLM judge labels every trajectory of a diagnosis."""
 
     request_id: uuid.UUID
     agent_id: uuid.UUID
@@ -93,6 +100,8 @@ class CapabilitiesIdentified(Contract, frozen=True):
 
     STAGE = "capabilities"
     EVENT = "identified"
+    TIME_LIMIT_S = 1800.0
+    """The synthesize service's writer model may write a spec per capability."""
 
     agent_id: uuid.UUID
     capability_ids: list[uuid.UUID]
@@ -135,6 +144,9 @@ class TrainRequested(Contract, frozen=True):
     EVENT = "requested"
     STREAM = "work"
     FAIR = True
+    TIME_LIMIT_S = 12 * 3600.0
+    """A CPU job of hundreds of rollouts takes hours; one cut short resumes from its last
+    checkpoint."""
 
     job_id: uuid.UUID
     environment_id: uuid.UUID

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from shared import subjects
 from shared.bus.nats_bus import CONTRACT_HEADER, MSG_ID, NatsBus
 from shared.config import ConsumerConfig
-from shared.errors import ContractError, PermanentError
+from shared.errors import ContractError, PermanentError, RetryableError
 from shared.logging import get_logger
 from shared.messages import Contract, DeadLetter, decode
 from shared.runtime.metrics import ServiceMetrics
@@ -46,6 +46,10 @@ from shared.store.models import ProcessedMessage
 log = get_logger(__name__)
 MAX_ID = 150
 """Longest incoming message id stored as is (the column holds 200)."""
+
+
+class HandlerTimeoutError(RetryableError):
+    """A handler ran past its contract's time limit: it was cancelled, the message goes back."""
 
 
 class AlreadyRecordedError(Exception):
@@ -202,8 +206,15 @@ class Delivery:
     ) -> str:
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         committed = False
+        limit = self.settings.time_limit(self.contract.kind(), self.contract.TIME_LIMIT_S)
         try:
-            outbox, duplicate = await self._run_once(msg, tenant, message, msg_id, attempt)
+            try:
+                async with asyncio.timeout(limit):
+                    outbox, duplicate = await self._run_once(msg, tenant, message, msg_id, attempt)
+            except TimeoutError as exc:
+                raise HandlerTimeoutError(
+                    f"{self.contract.kind()} handler ran past its time limit of {limit:g} s"
+                ) from exc
             committed = True
             await self._publish_outbox(tenant, outbox)
             await msg.ack()

@@ -260,3 +260,30 @@ async def test_the_same_message_id_from_two_tenants_is_two_messages(
     await client.publish("beta", Ping(key="same-id-beta"), msg_id="job-1")
     await eventually(lambda: _count_is(store, "same-id-acme", 1))
     await eventually(lambda: _count_is(store, "same-id-beta", 1))
+
+
+async def test_a_handler_past_its_time_limit_is_cancelled_and_retried(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The first delivery hangs (heartbeats would keep it alive forever): at its contract's
+    time limit it is cancelled, its writes roll back, and the retry completes once."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    await create_effects(store.engine)
+    consumer = msgspec.structs.replace(service_cfg.consumer, time_limits={"test.ping": 1.0})
+    cfg = msgspec.structs.replace(service_cfg, consumer=consumer)
+    service = Service("pinger", cfg, {Ping: handle_ping}, default_port=0)
+    task = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(cfg.nats.url or "", cfg.nats)
+    try:
+        await bus.publish("acme", Ping(key="hang", sleep=30.0, sleep_on=[1]), msg_id="m-hang")
+        await eventually(lambda: _pong_count(bus, 1), within=20)
+        assert (await effect_counts(store.engine))["hang"] == 1
+        assert await dead_letters(bus) == []
+        timed_out = service.metrics.handled.labels(Ping.kind(), "retried")._value.get()
+        assert timed_out == 1
+    finally:
+        await bus.close()
+        service.stop()
+        assert await asyncio.wait_for(task, 20) == 0

@@ -105,6 +105,14 @@ def test_lists_are_read_from_json_or_commas(text: str, expected: list[float]) ->
     assert cfg.consumer.backoff == expected
 
 
+def test_time_limits_are_read_from_a_json_object() -> None:
+    env = {"RETRACE_CONSUMER_TIME_LIMITS": '{"train.requested": 86400, "rollout.requested": 60}'}
+    consumer = load_config(ServiceConfig, env=env).consumer
+    assert consumer.time_limit("train.requested", 5.0) == 86400
+    assert consumer.time_limit("rollout.requested", 5.0) == 60
+    assert consumer.time_limit("cycle.requested", 5.0) == 5.0  # the contract's own
+
+
 def test_a_service_list_of_ints_is_read_from_commas() -> None:
     assert load_scorer(RETRACE_SCORER_SEEDS="1, 2,3").seeds == [1, 2, 3]
 
@@ -181,6 +189,11 @@ def test_unrelated_variables_are_ignored() -> None:
         ("RETRACE_CONSUMER_BACKOFF", "[1, -2]"),
         ("RETRACE_CONSUMER_BACKOFF", "1,inf"),
         ("RETRACE_CONSUMER_BACKOFF", '{"a": 1}'),
+        ("RETRACE_CONSUMER_TIME_LIMITS", "train.requested=60"),
+        ("RETRACE_CONSUMER_TIME_LIMITS", '{"train.requested": 0}'),
+        ("RETRACE_CONSUMER_TIME_LIMITS", '{"train.requested": "long"}'),
+        ("RETRACE_CONSUMER_TIME_LIMITS", '{"train.requested": Infinity}'),
+        ("RETRACE_CONSUMER_TIME_LIMITS", "[60]"),
         ("RETRACE_HTTP_PORT", "http"),
         ("RETRACE_HTTP_PORT", "-1"),
         ("RETRACE_HTTP_PORT", "65536"),
