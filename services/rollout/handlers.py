@@ -69,6 +69,7 @@ class RolloutHandlers:
             episodes=len(tasks) * msg.trials,
             already_stored=len(tasks) * msg.trials - len(todo),
         )
+        await self.served.wait_until_up(self.cfg.endpoint_wait_s, ctx.heartbeat)
         await self.served.ensure(model, artifact)
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
         hinted = hinted_trials(msg.trials, msg.hint_share)

@@ -9,13 +9,16 @@ loads it.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
+import aiohttp
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.errors import PermanentError
-from shared.llm.client import LLMClient
+from shared.llm.client import LLMClient, LLMError
 from shared.logging import get_logger
 from shared.store.models import Adapter
 
@@ -36,6 +39,25 @@ class Served:
             self._names = await self.client.models()
             self._at = time.monotonic()
         return self._names
+
+    async def wait_until_up(self, within_s: float, on_wait: Callable[[], Awaitable[None]]) -> None:
+        """Return once the endpoint answers `/v1/models`; while it refuses connections or
+        answers 5xx (a server still loading its model, a restart), wait and ask again, calling
+        `on_wait` (a heartbeat) each time. After `within_s` the last error is raised: a
+        dependency that is not up yet is waited for, not counted as a failed attempt."""
+        deadline = time.monotonic() + within_s
+        pause = 1.0
+        while True:
+            try:
+                await self.names(fresh=True)
+                return
+            except (LLMError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.info("inference endpoint not up yet; waiting", error=repr(exc), pause=pause)
+            await on_wait()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 15.0)
 
     async def ensure(self, model: str, artifact_uri: str | None) -> None:
         """Return once the endpoint serves `model`; load it from `artifact_uri` (an adapter's,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -23,7 +24,7 @@ from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Task, Trajectory
 from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import eventually
+from tests.integration.test_delivery import dead_letters, eventually
 from tests.support.oracle_llm import OracleLLM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -252,3 +253,34 @@ async def test_a_request_can_cap_the_turns_below_the_service_limit(
     service.stop()
     assert await run == 0
     await bus.close()
+
+
+async def test_an_endpoint_not_up_yet_is_waited_for_without_spending_attempts(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID
+) -> None:
+    """The model server is still starting when the request arrives (connections refused for
+    longer than the service's deliveries would last): the request waits for it, heartbeating,
+    and completes on its first delivery."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    service, run = await start(rollout_cfg(service_cfg, f"http://127.0.0.1:{port}/v1"))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    server = TestServer(OracleLLM(TOOLBOX, fail=FAILING).app(), port=port)
+
+    async def late_start() -> None:
+        await asyncio.sleep(8.0)
+        await server.start_server()
+
+    starting = asyncio.create_task(late_start())
+    try:
+        await requested(bus, agent_id, task_ids=TASKS[:2], trials=1)
+        retried = service.metrics.handled.labels(RolloutRequested.kind(), "retried")._value.get()
+        assert retried == 0
+        assert await dead_letters(bus) == []
+    finally:
+        await starting
+        service.stop()
+        assert await run == 0
+        await bus.close()
+        await server.close()
