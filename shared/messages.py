@@ -96,7 +96,8 @@ class RolloutCompleted(Contract, frozen=True):
 
 
 class CapabilitiesIdentified(Contract, frozen=True):
-    """contrast -> synthesize: capabilities the agent lacks were stored for a cycle."""
+    """contrast, evaluator -> synthesize, evaluator: capabilities the agent lacks were stored
+    for a cycle (the evaluator sends one for a capability in reserve, and follows them)."""
 
     STAGE = "capabilities"
     EVENT = "identified"
@@ -177,7 +178,7 @@ class PromptOptimized(Contract, frozen=True):
 
 
 class AdapterTrained(Contract, frozen=True):
-    """train -> evaluator, router: an adapter's weights are stored and registered."""
+    """train -> evaluator: an adapter's weights are stored and registered."""
 
     STAGE = "adapter"
     EVENT = "trained"
@@ -232,17 +233,9 @@ class CycleRequested(Contract, frozen=True):
     settings: CycleSettings = msgspec.field(default_factory=CycleSettings)
 
 
-class CycleEvaluate(Contract, frozen=True):
-    """cycle owner -> evaluator: evaluate a cycle's adapters on the test split."""
-
-    STAGE = "cycle"
-    EVENT = "evaluate"
-
-    cycle_id: uuid.UUID
-
-
 class CycleCompleted(Contract, frozen=True):
-    """evaluator -> router, CLI: a cycle ended (promoted, rejected or failed)."""
+    """evaluator -> subscribers outside retrace: a cycle ended (promoted, rejected or failed).
+    No service consumes it; the CLI follows a cycle through its row."""
 
     STAGE = "cycle"
     EVENT = "completed"
@@ -303,7 +296,6 @@ for _c in (
     PromptOptimized,
     AdapterTrained,
     CycleRequested,
-    CycleEvaluate,
     CycleCompleted,
 ):
     register(_c)
