@@ -1,59 +1,55 @@
-"""GEPA-style prompt optimisation: the prompt-only baseline a cycle compares TRACE with.
+"""The GEPA baseline: the agent's system prompt optimised by the reference implementation
+(PyPI `gepa`, Agrawal et al. 2025) on the target's train split, within a rollout budget.
 
-Reflective prompt evolution with a Pareto pool (after GEPA, Agrawal et al. 2025), on the
-target environment's train split and within a rollout budget:
+retrace supplies what `gepa` asks of a system (its `GEPAAdapter` protocol), and `gepa` owns
+the search (a Pareto pool over the validation tasks, reflective mutation, acceptance on the
+minibatch):
+- `EpisodeAdapter.evaluate` plays a candidate prompt on a batch of train tasks through the
+  inference endpoint; each episode is one metric call, its reward the score;
+- `EpisodeAdapter.make_reflective_dataset` shows the reflection model each conversation with
+  its reward and what the grader found missing;
+- the reflection model is a model on the same endpoint.
 
-1. The train tasks are split (seeded) into a Pareto set and a feedback set; the agent's
-   own system prompt is scored on every Pareto task.
-2. Each iteration picks a parent from the Pareto front (the candidates best on at least one
-   Pareto task, drawn in proportion to how many tasks they lead), runs it on a minibatch of
-   feedback tasks, and shows the reflection model the prompt, the transcripts, rewards and
-   what the grader said was missed; the model answers with improved instructions (strict
-   JSON, validated, retried with the problem fed back).
-3. The child runs on the same minibatch; only if it does strictly better is it scored on
-   the Pareto set and added to the pool.
-4. The result is the candidate with the best mean Pareto score (the seed on ties).
-
-Every episode counts against the budget; an iteration starts only if its worst case fits.
+The search is synchronous, so it runs in a thread and sends its episodes and reflection calls
+back to the event loop. The budget counts every episode, and an iteration starts only if its
+worst case (the minibatch for parent and child, then the validation tasks) still fits. The
+checkpoint is gepa's own run directory: a search that stopped (a lost worker, a SIGTERM)
+resumes there from the last iteration it finished.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import concurrent.futures
+import contextlib
+import json
+import pickle
 import random
-import statistics
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
+from gepa import optimize
+from gepa.core.adapter import EvaluationBatch
+from gepa.core.state import GEPAState
 
 from shared.envs.protocol import Environment, Message, TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
 from shared.errors import RetryableError
 from shared.llm.client import LLMClient
-from shared.llm.structured import (
-    AskConfig,
-    MalformedReply,
-    StructuredOutputError,
-    ask_structured,
-    decode_json,
-)
+from shared.llm.openai_types import ChatRequest
 from shared.logging import get_logger
 from shared.messages import Sampling
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 log = get_logger(__name__)
-
-REFLECT_SYSTEM = """\
-You improve the instructions (system prompt) of an assistant that uses tools to help users.
-You see its current instructions and some of its conversations with their scores and what
-the grader found missing. Write better instructions: concrete rules that would have avoided
-the failures (which tool to call first, which arguments and formats, when to ask the user,
-what to tell the user at the end). Keep what works. Reply with one JSON object only:
-{"prompt": "<the new instructions>"}"""
+COMPONENT = "system_prompt"
+"""The one text component optimised: the agent's system prompt."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,16 +57,17 @@ class GEPASettings:
     budget: int
     """Episodes the optimisation may run, all included."""
     minibatch: int = 3
+    """Train tasks a parent and its child are compared on (gepa's reflection minibatch)."""
     pareto: int = 6
+    """Train tasks held for gepa's validation (Pareto) set."""
     reflection_model: str = DEFAULT_AGENT_MODEL
     agent_model: str = DEFAULT_AGENT_MODEL
     sampling: Sampling = field(default_factory=lambda: Sampling(temperature=1.0, max_tokens=256))
     max_turns: int = 6
     concurrency: int = 4
-    max_prompt_chars: int = 4000
     transcript_chars: int = 900
-    max_reflection_failures: int = 3
-    """Consecutive unusable reflections after which the search stops."""
+    """Characters of each conversation the reflection model reads (its end)."""
+    reflection_max_tokens: int = 768
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -86,12 +83,8 @@ class GEPASettings:
 class Candidate(msgspec.Struct, kw_only=True):
     prompt: str
     parent: int | None
-    scores: list[float]
-    """Reward on each Pareto task."""
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.scores) if self.scores else 0.0
+    score: float
+    """Mean reward on the validation tasks."""
 
 
 class GEPAResult(msgspec.Struct, kw_only=True):
@@ -103,25 +96,6 @@ class GEPAResult(msgspec.Struct, kw_only=True):
     iterations: int
     accepted: int
     resumes: list[int] = msgspec.field(default_factory=list)
-
-
-class _Prompt(msgspec.Struct, frozen=True):
-    prompt: str
-
-
-class SearchState(msgspec.Struct, kw_only=True):
-    """Everything the search needs to go on where it stopped: saved after the seed scoring
-    and after every iteration, so a job that dies resumes on any worker without redoing (or
-    paying again for) the iterations already done."""
-
-    pool: list[Candidate]
-    used: int
-    iterations: int = 0
-    accepted: int = 0
-    failures: int = 0
-    rng: list[Any]
-    """`random.Random.getstate()`, as JSON lists."""
-    resumes: list[int] = msgspec.field(default_factory=list)
     """The iteration each resume started from."""
 
 
@@ -130,38 +104,131 @@ class UnreadableCheckpointError(ValueError):
 
 
 class SearchCheckpoint:
-    """The search state in one JSON file, replaced atomically."""
+    """gepa's run directory for one job, with the resumes it saw."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = directory / "gepa.json"
+        self.directory = directory
+        self.state_path = directory / "gepa_state.bin"
+        self.resumes_path = directory / "resumes.json"
 
-    def load(self) -> SearchState | None:
-        if not self.path.exists():
+    def iterations(self) -> int | None:
+        """Iterations the saved search finished (None: nothing saved yet)."""
+        if not self.state_path.exists():
             return None
         try:
-            return msgspec.json.decode(self.path.read_bytes(), type=SearchState)
-        except msgspec.DecodeError as exc:
+            with self.state_path.open("rb") as f:
+                saved = pickle.load(f)  # gepa's own format, written by this job only
+            return int(saved["i"]) + 1
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as exc:
             raise UnreadableCheckpointError(
-                f"unreadable prompt-optimisation checkpoint {self.path}: {exc}"
+                f"unreadable prompt-optimisation checkpoint {self.state_path}: {exc!r}"
             ) from exc
 
-    def save(self, state: SearchState) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.json.encode(state))
-        os.replace(tmp, self.path)
+    def resumes(self) -> list[int]:
+        if not self.resumes_path.exists():
+            return []
+        return [int(i) for i in json.loads(self.resumes_path.read_text())]
+
+    def note_resume(self, iteration: int) -> list[int]:
+        resumes = [*self.resumes(), iteration]
+        self.resumes_path.write_text(json.dumps(resumes))
+        return resumes
 
 
-def _rng_state(rng: random.Random) -> list[Any]:
-    version, internal, gauss = rng.getstate()
-    return [version, list(internal), gauss]
+class _Loop:
+    """Runs coroutines on the event loop from the search's thread; `stop` cancels what is in
+    flight and refuses more, which ends the search with `_Stopped`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.stopped = threading.Event()
+        self._flying: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self.stopped.is_set():
+                coro.close()
+                raise _Stopped
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            self._flying.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as exc:
+            raise _Stopped from exc
+        finally:
+            with self._lock:
+                self._flying.discard(future)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped.set()
+            for future in self._flying:
+                future.cancel()
 
 
-def _restore_rng(state: list[Any]) -> random.Random:
-    rng = random.Random()
-    version, internal, gauss = state
-    rng.setstate((version, tuple(internal), gauss))
-    return rng
+class _WorstCaseBudget:
+    """gepa's stop condition: no iteration starts that could run past the budget."""
+
+    def __init__(self, budget: int, worst: int) -> None:
+        self.budget = budget
+        self.worst = worst
+
+    def __call__(self, gepa_state: GEPAState[Any, Any]) -> bool:
+        return gepa_state.total_num_evals + self.worst > self.budget
+
+
+class _Stopped(Exception):
+    """The job is stopping: the search thread unwinds (its last iteration is saved)."""
+
+
+class EpisodeAdapter:
+    """gepa's `GEPAAdapter` over retrace's environment protocol and inference endpoint."""
+
+    propose_new_texts = None  # gepa's own reflective proposer
+
+    def __init__(
+        self, play: Callable[[str, Sequence[TaskSpec]], list[EpisodeResult]], s: GEPASettings
+    ) -> None:
+        self.play = play
+        self.s = s
+
+    def evaluate(
+        self, batch: list[TaskSpec], candidate: dict[str, str], capture_traces: bool = False
+    ) -> EvaluationBatch[dict[str, Any], dict[str, Any]]:
+        runs = self.play(candidate[COMPONENT], batch)
+        records: list[dict[str, Any]] = [
+            {
+                "task": task.id,
+                "request": _first_user_text(run.messages),
+                "transcript": _transcript(run.messages)[-self.s.transcript_chars :],
+                "reward": float(run.score.reward),
+                "notes": list(run.score.notes),
+            }
+            for task, run in zip(batch, runs, strict=True)
+        ]
+        return EvaluationBatch(
+            outputs=records,
+            scores=[r["reward"] for r in records],
+            trajectories=records if capture_traces else None,
+        )
+
+    def make_reflective_dataset(
+        self,
+        candidate: dict[str, str],
+        eval_batch: EvaluationBatch[dict[str, Any], dict[str, Any]],
+        components_to_update: list[str],
+    ) -> dict[str, list[dict[str, Any]]]:
+        shown = [
+            {
+                "Inputs": record["request"],
+                "Generated Outputs": record["transcript"],
+                "Feedback": f"reward {record['reward']:.2f}; the grader found missing: "
+                + ("; ".join(record["notes"]) or "nothing"),
+            }
+            for record in eval_batch.trajectories or eval_batch.outputs
+        ]
+        return {name: shown for name in components_to_update}
 
 
 class GEPA:
@@ -171,8 +238,9 @@ class GEPA:
         self.s = settings
         self.used = 0
         self._gate = asyncio.Semaphore(settings.concurrency)
+        self._reflections = 0
 
-    async def _run(self, prompt: str, tasks: Sequence[TaskSpec]) -> list[EpisodeResult]:
+    async def _episodes(self, prompt: str, tasks: Sequence[TaskSpec]) -> list[EpisodeResult]:
         async def one(task: TaskSpec) -> EpisodeResult:
             async with self._gate:
                 return await run_episode(
@@ -194,6 +262,24 @@ class GEPA:
             raise RetryableError(f"model endpoint failed during prompt optimisation: {broken[0]}")
         return runs
 
+    async def _reflect(self, prompt: str | list[dict[str, Any]]) -> str:
+        messages = (
+            [Message(role="user", content=prompt)]
+            if isinstance(prompt, str)
+            else [msgspec.convert(m, Message) for m in prompt]
+        )
+        self._reflections += 1
+        reply = await self.client.chat(
+            ChatRequest(
+                model=self.s.reflection_model,
+                messages=messages,
+                temperature=0.7,
+                max_tokens=self.s.reflection_max_tokens,
+                seed=self.s.seed + self._reflections,
+            )
+        )
+        return reply.choices[0].message.content or ""
+
     async def optimise(
         self,
         tasks: Sequence[TaskSpec],
@@ -201,133 +287,89 @@ class GEPA:
         checkpoint: SearchCheckpoint | None = None,
     ) -> GEPAResult:
         """Search within the budget; with `checkpoint`, resume a search that stopped."""
-        rng = random.Random(f"gepa:{self.s.seed}")
-        shuffled = sorted(tasks, key=lambda t: t.id)
-        rng.shuffle(shuffled)
-        pareto, feedback = shuffled[: self.s.pareto], shuffled[self.s.pareto :] or shuffled
-        state = checkpoint.load() if checkpoint is not None else None
-        if state is not None:
-            rng = _restore_rng(state.rng)
-            self.used = state.used
-            state.resumes.append(state.iterations)
-            log.info("prompt optimisation resumed", iteration=state.iterations, used=state.used)
-        else:
-            seed_runs = await self._run(seed_prompt, pareto)
-            state = SearchState(
-                pool=[Candidate(prompt=seed_prompt, parent=None, scores=_rewards(seed_runs))],
-                used=self.used,
-                rng=_rng_state(rng),
-            )
-        pool = state.pool
-
-        def save() -> None:
-            state.used, state.rng = self.used, _rng_state(rng)
-            if checkpoint is not None:
-                checkpoint.save(state)
-
-        save()
-        mb = min(self.s.minibatch, len(feedback))
-        while self.used + 2 * mb + len(pareto) <= self.s.budget:
-            if state.failures >= self.s.max_reflection_failures:
-                break
-            state.iterations += 1
-            await self._iterate(state, rng, pareto, feedback, mb)
-            save()
-        best = max(range(len(pool)), key=lambda i: (pool[i].mean, -i))
-        return GEPAResult(
-            prompt=pool[best].prompt,
-            score=pool[best].mean,
-            seed_score=pool[0].mean,
-            candidates=pool,
-            rollouts=self.used,
-            iterations=state.iterations,
-            accepted=state.accepted,
-            resumes=list(state.resumes),
-        )
-
-    async def _iterate(
-        self,
-        state: SearchState,
-        rng: random.Random,
-        pareto: Sequence[TaskSpec],
-        feedback: Sequence[TaskSpec],
-        mb: int,
-    ) -> None:
-        """One iteration: a parent from the Pareto front, a reflected child, kept if it beats
-        the parent on the minibatch (then scored on the Pareto tasks)."""
-        pool, iteration = state.pool, state.iterations
-        parent_index = _pick_parent(pool, rng)
-        parent = pool[parent_index]
-        batch = rng.sample(list(feedback), mb)
-        parent_runs = await self._run(parent.prompt, batch)
-        try:
-            child_prompt = await self._reflect(parent.prompt, batch, parent_runs, iteration)
-        except StructuredOutputError as exc:
-            state.failures += 1
-            log.warning("reflection unusable", iteration=iteration, error=str(exc)[:300])
-            return
-        state.failures = 0
-        child_runs = await self._run(child_prompt, batch)
-        if sum(_rewards(child_runs)) <= sum(_rewards(parent_runs)):
-            return
-        scores = _rewards(await self._run(child_prompt, pareto))
-        pool.append(Candidate(prompt=child_prompt, parent=parent_index, scores=scores))
-        state.accepted += 1
-        log.info("prompt candidate accepted", iteration=iteration, mean=round(pool[-1].mean, 3))
-
-    async def _reflect(
-        self,
-        prompt: str,
-        tasks: Sequence[TaskSpec],
-        runs: Sequence[EpisodeResult],
-        iteration: int,
-    ) -> str:
-        shown = []
-        for task, run in zip(tasks, runs, strict=True):
-            transcript = _transcript(run.messages)[-self.s.transcript_chars :]
-            notes = "; ".join(run.score.notes) or "nothing missed"
-            shown.append(
-                f"## Task {task.id} (reward {run.score.reward:.2f}; grader: {notes})\n{transcript}"
-            )
-        user = (
-            f"# Current instructions\n{prompt or '(none)'}\n\n# Conversations\n"
-            + "\n\n".join(shown)
-            + "\n\nWrite the improved instructions as JSON."
-        )
-
-        def parse(reply: str) -> str:
-            new = decode_json(reply, _Prompt).prompt.strip()
-            if not new:
-                raise MalformedReply("the prompt is empty")
-            if len(new) > self.s.max_prompt_chars:
-                raise MalformedReply(
-                    f"the prompt has {len(new)} characters; at most {self.s.max_prompt_chars}"
+        with contextlib.ExitStack() as scratch:
+            if checkpoint is None:
+                checkpoint = SearchCheckpoint(
+                    Path(scratch.enter_context(tempfile.TemporaryDirectory()))
                 )
-            return new
+            return await self._optimise(tasks, seed_prompt, checkpoint)
 
-        return await ask_structured(
-            self.client,
-            AskConfig(model=self.s.reflection_model, temperature=0.7, max_tokens=768),
-            [Message(role="system", content=REFLECT_SYSTEM), Message(role="user", content=user)],
-            seed=self.s.seed + iteration,
-            parse=parse,
-            what="improved prompt",
+    async def _optimise(
+        self, tasks: Sequence[TaskSpec], seed_prompt: str, checkpoint: SearchCheckpoint
+    ) -> GEPAResult:
+        shuffled = sorted(tasks, key=lambda t: t.id)
+        random.Random(f"gepa:{self.s.seed}").shuffle(shuffled)
+        valset, trainset = shuffled[: self.s.pareto], shuffled[self.s.pareto :] or shuffled
+        minibatch = min(self.s.minibatch, len(trainset))
+        worst = 2 * minibatch + len(valset)
+        done = checkpoint.iterations()
+        resumes = checkpoint.resumes()
+        if done is not None:
+            resumes = checkpoint.note_resume(done)
+            log.info("prompt optimisation resumed", iteration=done)
+        checkpoint.directory.mkdir(parents=True, exist_ok=True)
+        (checkpoint.directory / "gepa.stop").unlink(missing_ok=True)
+        bridge = _Loop(asyncio.get_running_loop())
+
+        def play(prompt: str, batch: Sequence[TaskSpec]) -> list[EpisodeResult]:
+            return bridge.run(self._episodes(prompt, batch))
+
+        def reflect(prompt: str | list[dict[str, Any]]) -> str:
+            return bridge.run(self._reflect(prompt))
+
+        def search() -> Any:
+            return optimize(
+                seed_candidate={COMPONENT: seed_prompt},
+                trainset=list(trainset),
+                valset=list(valset),
+                adapter=EpisodeAdapter(play, self.s),  # type: ignore[arg-type]
+                reflection_lm=reflect,
+                reflection_minibatch_size=minibatch,
+                candidate_selection_strategy="pareto",
+                max_metric_calls=self.s.budget,
+                stop_callbacks=[_WorstCaseBudget(self.s.budget, worst)],
+                run_dir=str(checkpoint.directory),
+                seed=self.s.seed,
+                raise_on_exception=True,
+                display_progress_bar=False,
+            )
+
+        work = asyncio.ensure_future(asyncio.to_thread(search))
+        try:
+            result = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # stop the search where it is; its last finished iteration is saved
+            (checkpoint.directory / "gepa.stop").touch()
+            bridge.stop()
+            await asyncio.wait([work])
+            raise
+        except _Stopped as exc:  # stopped from outside the loop's cancellation (not expected)
+            raise RetryableError("prompt optimisation was stopped") from exc
+        iterations = checkpoint.iterations() or 0
+        self.used = int(result.total_metric_calls or 0)
+        candidates = [
+            Candidate(
+                prompt=c[COMPONENT],
+                parent=next((p for p in result.parents[i] if p is not None), None),
+                score=float(result.val_aggregate_scores[i]),
+            )
+            for i, c in enumerate(result.candidates)
+        ]
+        best = max(range(len(candidates)), key=lambda i: (candidates[i].score, -i))
+        return GEPAResult(
+            prompt=candidates[best].prompt,
+            score=candidates[best].score,
+            seed_score=candidates[0].score,
+            candidates=candidates,
+            rollouts=self.used,
+            iterations=iterations,
+            accepted=len(candidates) - 1,
+            resumes=resumes,
         )
 
 
-def _rewards(runs: Sequence[EpisodeResult]) -> list[float]:
-    return [float(r.score.reward) for r in runs]
-
-
-def _pick_parent(pool: Sequence[Candidate], rng: random.Random) -> int:
-    """A candidate on the Pareto front, drawn by how many Pareto tasks it leads."""
-    leads = [0] * len(pool)
-    for task in range(len(pool[0].scores)):
-        best = max(c.scores[task] for c in pool)
-        for i, c in enumerate(pool):
-            if c.scores[task] == best:
-                leads[i] += 1
-    return rng.choices(range(len(pool)), weights=leads)[0]
+def _first_user_text(messages: Sequence[dict[str, Any]]) -> str:
+    return next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
 
 
 def _transcript(messages: Sequence[dict[str, Any]]) -> str:

@@ -1,12 +1,12 @@
 """GEPA against a fake endpoint: the agent is polite only when its instructions say so, the
 environment rewards politeness, and the reflection model proposes exactly that rule. The
 search must find it, score it on the Pareto set, keep to its budget, and survive unusable
-reflections."""
+reflections. The search is the `gepa` package's; these tests check what retrace gives it
+(episodes, feedback, the reflection model, the budget, the checkpoint)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,13 @@ class PoliteEnvironment:
         return PoliteEpisode(task)
 
 
+RULE = "```\nAlways BE POLITE: say please.\n```"
+
+
 def answer(reflections: list[str]) -> Any:
     def reply(body: dict[str, Any]) -> str:
         if body["model"] == "reflector":
-            return reflections.pop(0) if reflections else json.dumps({"prompt": "Be brief."})
+            return reflections.pop(0) if reflections else "```\nBe brief.\n```"
         system = body["messages"][0]["content"]
         return "please, it is done" if "BE POLITE" in system else "done"
 
@@ -67,25 +70,30 @@ def settings(budget: int) -> GEPASettings:
     )
 
 
+def agent_requests(fake: FakeJudge) -> int:
+    return sum(1 for r in fake.requests if r["model"] == "agent")
+
+
 async def test_gepa_finds_the_rule_the_failures_call_for(serve: Serve) -> None:
-    fake = FakeJudge(answer([json.dumps({"prompt": "Always BE POLITE: say please."})]))
+    fake = FakeJudge(answer([RULE]))
     gepa = GEPA(await serve(fake), PoliteEnvironment(), settings(budget=20))
     result = await gepa.optimise(PoliteEnvironment().tasks(), "You are a helpful assistant.")
     assert result.seed_score == 0.0 and result.score == 1.0
     assert "BE POLITE" in result.prompt and result.accepted >= 1
-    assert result.rollouts <= 20 and result.rollouts == gepa.used
     assert [c.parent for c in result.candidates][:2] == [None, 0]
+    # every episode is counted, and no iteration ran past the budget
+    assert result.rollouts == agent_requests(fake) <= 20
     reflections = [r for r in fake.requests if r["model"] == "reflector"]
-    shown = reflections[0]["messages"][1]["content"]
+    shown = reflections[0]["messages"][-1]["content"]
     assert "You are a helpful assistant." in shown and "missed: polite_reply" in shown
 
 
 async def test_a_useless_reflection_is_not_accepted_and_garbage_is_survived(serve: Serve) -> None:
-    fake = FakeJudge(answer(["not json", json.dumps({"prompt": "Be brief."})]))
+    fake = FakeJudge(answer(["not a prompt at all {", "```\nBe brief.\n```"]))
     gepa = GEPA(await serve(fake), PoliteEnvironment(), settings(budget=16))
     result = await gepa.optimise(PoliteEnvironment().tasks(), "seed")
     assert result.prompt == "seed" and result.accepted == 0 and result.score == 0.0
-    assert result.rollouts <= 16
+    assert result.rollouts == agent_requests(fake) <= 16
 
 
 def test_a_budget_too_small_for_the_seed_is_refused() -> None:
@@ -93,45 +101,42 @@ def test_a_budget_too_small_for_the_seed_is_refused() -> None:
         GEPASettings(budget=3, pareto=4)
 
 
-async def test_a_stopped_search_resumes_from_its_checkpoint_as_if_never_stopped(
-    serve: Serve, tmp_path: Path
-) -> None:
-    rule = json.dumps({"prompt": "Always BE POLITE: say please."})
-
+async def test_a_stopped_search_resumes_from_its_checkpoint(serve: Serve, tmp_path: Path) -> None:
     def reply(body: dict[str, Any]) -> str:
         if body["model"] == "reflector":
-            return rule
+            return RULE
         return "please, it is done" if "BE POLITE" in body["messages"][0]["content"] else "done"
 
     tasks = PoliteEnvironment().tasks()
-    client = await serve(FakeJudge(reply, delay=0.02))
-    whole = await GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(tasks, "seed")
-
+    fake = FakeJudge(reply, delay=0.02)
+    client = await serve(fake)
     checkpoint = SearchCheckpoint(tmp_path)
     stopped = asyncio.create_task(
         GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(tasks, "seed", checkpoint)
     )
-    while (state := checkpoint.load()) is None or state.iterations < 2:
+    while (checkpoint.iterations() or 0) < 2:
         assert not stopped.done(), "the search ended before it could be stopped"
         await asyncio.sleep(0.005)
     stopped.cancel()  # a worker dies mid-iteration: that iteration's work is lost
     with pytest.raises(asyncio.CancelledError):
         await stopped
-    at = checkpoint.load()
-    assert at is not None and 2 <= at.iterations < whole.iterations
+    at = checkpoint.iterations()
+    assert at is not None and at >= 2
+    before = agent_requests(fake)
 
     resumed = await GEPA(client, PoliteEnvironment(), settings(budget=48)).optimise(
         tasks, "seed", checkpoint
     )
-    assert resumed.resumes == [at.iterations]
-    assert resumed.prompt == whole.prompt and resumed.score == whole.score
-    assert [c.scores for c in resumed.candidates] == [c.scores for c in whole.candidates]
-    assert (resumed.iterations, resumed.accepted) == (whole.iterations, whole.accepted)
-    # the budget counts what the finished search spent, as in an uninterrupted one
-    assert resumed.rollouts == whole.rollouts <= 48
+    assert resumed.resumes == [at]
+    assert resumed.score == 1.0 and "BE POLITE" in resumed.prompt
+    assert resumed.iterations > at
+    # the resumed search did not start over: the seed's Pareto scoring was not paid again,
+    # and the budget counts what the whole search spent
+    assert agent_requests(fake) - before <= 48 - 4
+    assert resumed.rollouts <= 48
 
 
 def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path: Path) -> None:
-    (tmp_path / "gepa.json").write_text("{not json")
-    with pytest.raises(UnreadableCheckpointError, match=r"gepa\.json"):
-        SearchCheckpoint(tmp_path).load()
+    (tmp_path / "gepa_state.bin").write_bytes(b"{not a pickle")
+    with pytest.raises(UnreadableCheckpointError, match=r"gepa_state\.bin"):
+        SearchCheckpoint(tmp_path).iterations()
