@@ -11,7 +11,7 @@ NAME = "contrast"
 
 
 def build(cfg: ContrastConfig) -> Service:
-    client = LLMClient(cfg.model.url, api_key=cfg.model.api_key) if cfg.judge_model else None
+    client = LLMClient.for_endpoint(cfg.model) if cfg.judge_model else None
 
     async def close(_: Service) -> None:
         if client is not None:

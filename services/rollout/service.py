@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from services.rollout.config import DEFAULT_PORT, RolloutConfig
 from services.rollout.handlers import RolloutHandlers
-from shared.llm.client import CHAT_RETRY, LLMClient
-from shared.retry import RetryPolicy
+from shared.llm.client import LLMClient
 from shared.runtime.service import Service
 
 NAME = "rollout"
 
 
 def build(cfg: RolloutConfig) -> Service:
-    policy = RetryPolicy(
-        CHAT_RETRY.name,
-        CHAT_RETRY.attempts,
-        CHAT_RETRY.base_delay,
-        CHAT_RETRY.max_delay,
-        cfg.model.request_timeout,
-        CHAT_RETRY.retry_on,
-    )
-    client = LLMClient(cfg.model.url, api_key=cfg.model.api_key, chat_retry=policy)
+    client = LLMClient.for_endpoint(cfg.model)
 
     async def close(_: Service) -> None:
         await client.close()

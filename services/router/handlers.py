@@ -78,7 +78,7 @@ class RouterApp:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.service: Service | None = None
-        self.client = LLMClient(cfg.model.url, api_key=cfg.model.api_key)
+        self.client = LLMClient.for_endpoint(cfg.model)
         self.served = Served(self.client)
         self.mode: RoutingMode
         if cfg.mode in ("embedding", "learned"):

@@ -11,7 +11,7 @@ NAME = "synthesize"
 
 
 def build(cfg: SynthesizeConfig) -> Service:
-    client = LLMClient(cfg.model.url, api_key=cfg.model.api_key) if cfg.writer_model else None
+    client = LLMClient.for_endpoint(cfg.model) if cfg.writer_model else None
 
     async def close(_: Service) -> None:
         if client is not None:

@@ -12,7 +12,7 @@ NAME = "train"
 
 def build(cfg: TrainConfig) -> Service:
     # the endpoint: adapters are loaded into it, and prompt optimisation runs episodes on it
-    client = LLMClient(cfg.model.url, api_key=cfg.model.api_key)
+    client = LLMClient.for_endpoint(cfg.model)
 
     async def close(_: Service) -> None:
         await client.close()

@@ -4,10 +4,12 @@ retry policy. Works the same against `retrace serve-model`, vLLM and hosted endp
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiohttp
 import msgspec
 
+from shared.config import ModelConfig
 from shared.envs.protocol import Message, ToolCall, ToolCallFunction
 from shared.errors import PermanentError, RetryableError
 from shared.llm.openai_types import (
@@ -70,6 +72,14 @@ class LLMClient:
         self.chat_retry = chat_retry
         self._session = session
         self._owned = session is None
+
+    @classmethod
+    def for_endpoint(cls, cfg: ModelConfig) -> LLMClient:
+        """A client of the configured endpoint whose generation calls wait up to
+        `cfg.request_timeout` per attempt (`RETRACE_MODEL_REQUEST_TIMEOUT`): every service
+        builds its client here, so the setting holds for all of them."""
+        policy = dataclasses.replace(CHAT_RETRY, timeout=cfg.request_timeout)
+        return cls(cfg.url, api_key=cfg.api_key, chat_retry=policy)
 
     async def __aenter__(self) -> LLMClient:
         return self
