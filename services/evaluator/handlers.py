@@ -166,12 +166,19 @@ class EvaluatorHandlers:
             )
             return
         cycle.state = c.SYNTHESIZING
+        early = dict(cycle.data.get("early_settlements", {}))
         cycle.data = {
-            **cycle.data,
+            **{k: v for k, v in cycle.data.items() if k != "early_settlements"},
             "capabilities": [str(i) for i in msg.capability_ids],
             "reserves": [str(i) for i in msg.reserve_ids],
             "environments": {},
         }
+        # the synthesize service also consumes capabilities.identified and may have settled
+        # some before this handler ran: apply them now, in the order they came
+        for capability, (environment, why) in early.items():
+            if cycle.state != c.SYNTHESIZING:
+                break
+            await self._apply_settlement(ctx, cycle, capability, environment, why)
 
     async def environment_ready(self, msg: EnvironmentReady, ctx: HandlerContext) -> None:
         await self._settled(ctx, msg.cycle_id, msg.capability_id, str(msg.environment_id))
@@ -187,15 +194,38 @@ class EvaluatorHandlers:
         environment_id: str | None,
         why: str = "",
     ) -> None:
-        cycle = await self._cycle(ctx, cycle_id, c.SYNTHESIZING)
-        if cycle is None or str(capability_id) not in cycle.data.get("capabilities", []):
+        if cycle_id is None:
             return
-        if str(capability_id) in cycle.data.get("environments", {}):
+        cycle = await ctx.session.get(Cycle, cycle_id, with_for_update=True)
+        if cycle is not None and cycle.state == c.DIAGNOSING:
+            # synthesis settled a capability before `capabilities.identified` reached this
+            # service (both consume it): keep it until that message moves the cycle on
+            early = {**cycle.data.get("early_settlements", {})}
+            early.setdefault(str(capability_id), [environment_id, why])
+            cycle.data = {**cycle.data, "early_settlements": early}
+            log.info("a capability settled early; kept", cycle=str(cycle_id))
+            return
+        if cycle is None or cycle.state != c.SYNTHESIZING:
+            return
+        await self._apply_settlement(ctx, cycle, str(capability_id), environment_id, why)
+
+    async def _apply_settlement(
+        self,
+        ctx: HandlerContext,
+        cycle: Cycle,
+        capability_id: str,
+        environment_id: str | None,
+        why: str,
+    ) -> None:
+        """One capability's synthesis outcome; once every capability has one, the jobs."""
+        if capability_id not in cycle.data.get("capabilities", []):
+            return
+        if capability_id in cycle.data.get("environments", {}):
             return  # settled before: a redelivery
-        envs = {**cycle.data.get("environments", {}), str(capability_id): environment_id}
+        envs = {**cycle.data.get("environments", {}), capability_id: environment_id}
         failures = {**cycle.data.get("synthesis_failures", {})}
         if environment_id is None:
-            failures[str(capability_id)] = why
+            failures[capability_id] = why
         cycle.data = {**cycle.data, "environments": envs, "synthesis_failures": failures}
         reserves = list(cycle.data.get("reserves", []))
         if environment_id is None and reserves:
@@ -216,7 +246,7 @@ class EvaluatorHandlers:
             log.info(
                 "no environment for a capability: the next one in reserve is synthesized",
                 cycle=str(cycle.id),
-                failed=str(capability_id),
+                failed=capability_id,
                 next=stand_in,
             )
         if set(envs) < set(cycle.data["capabilities"]):

@@ -580,3 +580,61 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
 async def _state_is(cycle: Callable[[], Awaitable[Cycle | None]], wanted: str) -> bool:
     row = await cycle()
     return row is not None and row.state == wanted
+
+
+async def test_synthesis_outcomes_that_arrive_before_the_capabilities_are_applied(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The synthesize service consumes `capabilities.identified` too, and may settle a
+    capability (a quick failure, say) before the evaluator has read that message: the
+    outcome is kept and applied when it has, not dropped as a repeat."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        agent_id = agent.id
+        caps = [Capability(agent_id=agent_id, name=n, definition=n) for n in ("hard", "easy")]
+        session.add_all(caps)
+        await session.flush()
+        hard, easy = (cap.id for cap in caps)
+        env = Environment(
+            name="synthetic/easy",
+            version=1,
+            kind="synthetic",
+            status="ready",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
+            capability_id=easy,
+        )
+        session.add(env)
+        await session.flush()
+        env_id = env.id
+    cycle_id = uuid.uuid4()
+    settings = msgspec.structs.replace(SETTINGS, baselines=[])
+
+    async def cycle() -> Cycle | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Cycle, cycle_id)
+
+    async with evaluator_running(service_cfg) as (_, send):
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=settings))
+        await eventually(lambda: _state_is(cycle, "diagnosing"), within=30)
+        await send(SynthesisFailed(capability_id=hard, reason="too hard", cycle_id=cycle_id))
+        await send(EnvironmentReady(environment_id=env_id, capability_id=easy, cycle_id=cycle_id))
+
+        async def kept() -> bool:
+            row = await cycle()
+            return row is not None and len(row.data.get("early_settlements", {})) == 2
+
+        await eventually(kept, within=30)
+        await send(
+            CapabilitiesIdentified(
+                agent_id=agent_id, capability_ids=[hard, easy], cycle_id=cycle_id
+            )
+        )
+        await eventually(lambda: _state_is(cycle, "training"), within=30)
+        row = await cycle()
+        assert row is not None and row.data["synthesis_failures"] == {str(hard): "too hard"}
+        assert "early_settlements" not in row.data
+        async with store.tenant("acme") as session:
+            [job] = list(await session.scalars(select(TrainingJob)))
+        assert job.capability_id == easy and job.environment_id == env_id
