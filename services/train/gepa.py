@@ -110,6 +110,7 @@ class SearchCheckpoint:
         self.directory = directory
         self.state_path = directory / "gepa_state.bin"
         self.resumes_path = directory / "resumes.json"
+        self.spent_path = directory / "spent.json"
 
     def iterations(self) -> int | None:
         """Iterations the saved search finished (None: nothing saved yet)."""
@@ -128,6 +129,17 @@ class SearchCheckpoint:
         if not self.resumes_path.exists():
             return []
         return [int(i) for i in json.loads(self.resumes_path.read_text())]
+
+    def spent(self) -> int:
+        """Episodes played by every run of this search so far."""
+        if not self.spent_path.exists():
+            return 0
+        return int(json.loads(self.spent_path.read_text()))
+
+    def note_spent(self, episodes: int) -> None:
+        tmp = self.spent_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(episodes))
+        tmp.replace(self.spent_path)
 
     def note_resume(self, iteration: int) -> list[int]:
         resumes = [*self.resumes(), iteration]
@@ -167,15 +179,27 @@ class _Loop:
                 future.cancel()
 
 
-class _WorstCaseBudget:
-    """gepa's stop condition: no iteration starts that could run past the budget."""
+class _Log:
+    """gepa's logger, into structlog: without one gepa swaps the process's stdout and stderr
+    for its own files for the whole search, which two searches at once leave broken."""
 
-    def __init__(self, budget: int, worst: int) -> None:
+    def log(self, message: str) -> None:
+        log.debug("gepa", message=message[:2000])
+
+
+class _WorstCaseBudget:
+    """gepa's stop condition: no iteration starts that could run past the budget, counting
+    every episode played (`spent`), also those gepa does not count (a resumed search scores
+    its seed again, and an interrupted iteration is played again)."""
+
+    def __init__(self, budget: int, worst: int, spent: Callable[[], int]) -> None:
         self.budget = budget
         self.worst = worst
+        self.spent = spent
 
     def __call__(self, gepa_state: GEPAState[Any, Any]) -> bool:
-        return gepa_state.total_num_evals + self.worst > self.budget
+        used = max(gepa_state.total_num_evals, self.spent())
+        return used + self.worst > self.budget
 
 
 class _Stopped(Exception):
@@ -239,6 +263,9 @@ class GEPA:
         self.used = 0
         self._gate = asyncio.Semaphore(settings.concurrency)
         self._reflections = 0
+        self._reflected = 0
+        self._reflection_error: BaseException | None = None
+        self._checkpoint: SearchCheckpoint | None = None
 
     async def _episodes(self, prompt: str, tasks: Sequence[TaskSpec]) -> list[EpisodeResult]:
         async def one(task: TaskSpec) -> EpisodeResult:
@@ -255,6 +282,8 @@ class GEPA:
                 )
 
         self.used += len(tasks)
+        if self._checkpoint is not None:
+            self._checkpoint.note_spent(self.used)
         runs = list(await asyncio.gather(*(one(t) for t in tasks)))
         broken = [r.error for r in runs if r.model_error]
         if broken:
@@ -269,15 +298,21 @@ class GEPA:
             else [msgspec.convert(m, Message) for m in prompt]
         )
         self._reflections += 1
-        reply = await self.client.chat(
-            ChatRequest(
-                model=self.s.reflection_model,
-                messages=messages,
-                temperature=0.7,
-                max_tokens=self.s.reflection_max_tokens,
-                seed=self.s.seed + self._reflections,
+        try:
+            reply = await self.client.chat(
+                ChatRequest(
+                    model=self.s.reflection_model,
+                    messages=messages,
+                    temperature=0.7,
+                    max_tokens=self.s.reflection_max_tokens,
+                    seed=self.s.seed + self._reflections,
+                )
             )
-        )
+        except Exception as exc:  # counted here; gepa logs it and goes on
+            self._reflection_error = exc
+            log.warning("reflection failed", model=self.s.reflection_model, error=repr(exc))
+            raise
+        self._reflected += 1
         return reply.choices[0].message.content or ""
 
     async def optimise(
@@ -304,6 +339,8 @@ class GEPA:
         worst = 2 * minibatch + len(valset)
         done = checkpoint.iterations()
         resumes = checkpoint.resumes()
+        self._checkpoint = checkpoint
+        self.used = checkpoint.spent()
         if done is not None:
             resumes = checkpoint.note_resume(done)
             log.info("prompt optimisation resumed", iteration=done)
@@ -327,11 +364,12 @@ class GEPA:
                 reflection_minibatch_size=minibatch,
                 candidate_selection_strategy="pareto",
                 max_metric_calls=self.s.budget,
-                stop_callbacks=[_WorstCaseBudget(self.s.budget, worst)],
+                stop_callbacks=[_WorstCaseBudget(self.s.budget, worst, lambda: self.used)],
                 run_dir=str(checkpoint.directory),
                 seed=self.s.seed,
                 raise_on_exception=True,
                 display_progress_bar=False,
+                logger=_Log(),
             )
 
         work = asyncio.ensure_future(asyncio.to_thread(search))
@@ -346,7 +384,12 @@ class GEPA:
         except _Stopped as exc:  # stopped from outside the loop's cancellation (not expected)
             raise RetryableError("prompt optimisation was stopped") from exc
         iterations = checkpoint.iterations() or 0
-        self.used = int(result.total_metric_calls or 0)
+        if self._reflections and not self._reflected:
+            # gepa logs a failed reflection and goes on; none ever answering is no search
+            raise RetryableError(
+                f"the reflection model {self.s.reflection_model!r} never answered "
+                f"({self._reflections} tries): {self._reflection_error!r}"
+            )
         candidates = [
             Candidate(
                 prompt=c[COMPONENT],

@@ -124,16 +124,17 @@ class TrainHandlers:
             await self._failed(ctx, job.id, job.cycle_id, failure)
             return
         checkpoint = self._root(ctx.tenant) / "checkpoints" / str(job.id)
-        claim = await self._claim(ctx, job.id, checkpoint)
+        token = uuid.uuid4().hex
+        claim = await self._claim(ctx, job.id, checkpoint, token)
         if claim != "claimed":
             log.info("training job not taken", job=str(job.id), reason=claim)
             return
         stop = threading.Event()
-        lease = asyncio.create_task(self._renew(ctx, job.id, stop))
+        lease = asyncio.create_task(self._renew(ctx, job.id, stop, token))
         try:
             if job.config.get("kind") == "gepa":
                 await self._guarded(
-                    self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint),
+                    self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint, token),
                     lease,
                 )
             else:
@@ -149,6 +150,7 @@ class TrainHandlers:
                         budget,
                         checkpoint,
                         stop,
+                        token,
                     ),
                     lease,
                 )
@@ -185,6 +187,7 @@ class TrainHandlers:
         budget: Budget,
         checkpoint: Path,
         stop: threading.Event,
+        token: str,
     ) -> None:
         loop = asyncio.get_running_loop()
         writes: list[concurrent.futures.Future[None]] = []
@@ -199,7 +202,7 @@ class TrainHandlers:
         try:
             sampler = self._sampler(ctx.tenant, job.id, loop)
         except ConfigError as exc:
-            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}")
+            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}", token)
             return
         work = asyncio.ensure_future(
             asyncio.to_thread(
@@ -225,14 +228,16 @@ class TrainHandlers:
             raise
         except (ConfigError, PermanentError, ValueError) as exc:
             # a model that cannot load, an environment without train tasks: no retry helps
-            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}")
+            await self._failed(ctx, job.id, job.cycle_id, f"training could not run: {exc}", token)
             return
         finally:
+            # a late progress write must not land over the result
+            await asyncio.gather(*(asyncio.wrap_future(w) for w in writes), return_exceptions=True)
             _report_progress_errors(job.id, writes)
         if progress.step < budget.steps(settings):
             raise TrainStopped(f"job {job.id} stopped at step {progress.step}")
         await self._register(
-            ctx, job, agent, capability, env_row, settings, progress, policy, checked
+            ctx, job, agent, capability, env_row, settings, progress, policy, checked, token
         )
 
     async def _validate(
@@ -275,12 +280,15 @@ class TrainHandlers:
         agent: Agent,
         budget: int,
         checkpoint: Path,
+        token: str,
     ) -> None:
         """The GEPA baseline: optimise the agent's system prompt within the rollout budget
         (through the inference endpoint, like rollouts); the prompt goes into the job. The
         search is checkpointed after every iteration and resumes from there."""
         if self.client is None:
-            await self._failed(ctx, job.id, job.cycle_id, "prompt optimisation needs the endpoint")
+            await self._failed(
+                ctx, job.id, job.cycle_id, "prompt optimisation needs the endpoint", token
+            )
             return
         tasks = [t for t in env.tasks() if t.split == "train"]
         try:
@@ -295,7 +303,9 @@ class TrainHandlers:
                 seed=self.cfg.seed,
             )
         except ValueError as exc:
-            await self._failed(ctx, job.id, job.cycle_id, f"prompt optimisation cannot run: {exc}")
+            await self._failed(
+                ctx, job.id, job.cycle_id, f"prompt optimisation cannot run: {exc}", token
+            )
             return
         started = time.perf_counter()
         try:
@@ -304,11 +314,11 @@ class TrainHandlers:
             )
         except UnreadableCheckpointError as exc:  # starting over would pay twice
             await self._failed(
-                ctx, job.id, job.cycle_id, f"prompt optimisation cannot resume: {exc}"
+                ctx, job.id, job.cycle_id, f"prompt optimisation cannot resume: {exc}", token
             )
             return
         async with ctx.record() as session:
-            await self._finish_prompt(session, job.id, result, time.perf_counter() - started)
+            await self._finish_prompt(session, job.id, token, result, time.perf_counter() - started)
             ctx.emit(PromptOptimized(job_id=job.id, cycle_id=job.cycle_id))
         log.info(
             "prompt optimised",
@@ -319,9 +329,9 @@ class TrainHandlers:
         )
 
     async def _finish_prompt(
-        self, session: AsyncSession, job_id: uuid.UUID, result: Any, wall_s: float
+        self, session: AsyncSession, job_id: uuid.UUID, token: str, result: Any, wall_s: float
     ) -> None:
-        job = await _job(session, job_id)
+        job = await _job(session, job_id, token)
         job.status = "done"
         job.config = {
             **job.config,
@@ -338,10 +348,15 @@ class TrainHandlers:
         }
 
     async def _failed(
-        self, ctx: HandlerContext, job_id: uuid.UUID, cycle_id: uuid.UUID | None, why: str
+        self,
+        ctx: HandlerContext,
+        job_id: uuid.UUID,
+        cycle_id: uuid.UUID | None,
+        why: str,
+        token: str | None = None,
     ) -> None:
         async with ctx.record() as session:
-            job = await _job(session, job_id)
+            job = await _job(session, job_id, token)
             job.status = "failed"
             job.error = why
             ctx.emit(TrainingFailed(job_id=job_id, reason=why, cycle_id=cycle_id))
@@ -416,11 +431,15 @@ class TrainHandlers:
     def _root(self, tenant: str) -> Path:
         return self.cfg.storage.artifact_path / tenant
 
-    async def _claim(self, ctx: HandlerContext, job_id: uuid.UUID, checkpoint: Path) -> str:
+    async def _claim(
+        self, ctx: HandlerContext, job_id: uuid.UUID, checkpoint: Path, token: str
+    ) -> str:
         """`claimed`, or why not: `finished`, or `owned` (another delivery holds a live claim).
 
-        A redelivery of the claiming message itself always takes over: JetStream only sends
-        it again once its holder stopped working on it (a crash, a lost worker)."""
+        A redelivery of the claiming message itself takes over: JetStream only sends it again
+        once its holder stopped heartbeating (a crash, a lost worker; or a holder cut off from
+        NATS that still works, which finds its `token` replaced at its next renewal and
+        stops, and can no longer record a result)."""
         async with ctx.store.tenant(ctx.tenant) as session:
             job = await session.get(TrainingJob, job_id, with_for_update=True)
             if job is None or job.status in ("done", "failed"):
@@ -434,10 +453,15 @@ class TrainHandlers:
             job.attempts += 1
             job.worker = self.worker
             job.checkpoint_uri = str(checkpoint)
-            job.config = {**job.config, "claim": {"msg_id": ctx.msg_id, "worker": self.worker}}
+            job.config = {
+                **job.config,
+                "claim": {"msg_id": ctx.msg_id, "worker": self.worker, "token": token},
+            }
         return "claimed"
 
-    async def _renew(self, ctx: HandlerContext, job_id: uuid.UUID, stop: threading.Event) -> None:
+    async def _renew(
+        self, ctx: HandlerContext, job_id: uuid.UUID, stop: threading.Event, token: str
+    ) -> None:
         """Keep the claim alive (`updated_at`) while this worker trains. A renewal that fails
         is tried again; once none has succeeded for most of a lease, the lease is lost:
         training is told to stop and `LeaseLostError` ends this task, before the claim
@@ -448,11 +472,17 @@ class TrainHandlers:
             try:
                 async with asyncio.timeout(self.cfg.lease_s / 6):
                     async with ctx.store.tenant(ctx.tenant) as session:
-                        await session.execute(
+                        renewal = await session.execute(
                             update(TrainingJob)
-                            .where(TrainingJob.id == job_id)
+                            .where(
+                                TrainingJob.id == job_id,
+                                TrainingJob.config["claim"]["token"].astext == token,
+                            )
                             .values(updated_at=func.now())
                         )
+                if renewal.rowcount == 0:  # type: ignore[attr-defined]
+                    stop.set()
+                    raise LeaseLostError(f"job {job_id}: another delivery took the job over")
                 renewed = time.monotonic()
             except (SQLAlchemyError, OSError, TimeoutError) as exc:
                 held = time.monotonic() - renewed
@@ -491,6 +521,7 @@ class TrainHandlers:
         progress: Progress,
         policy: Any,
         checked: dict[str, Any],
+        token: str,
     ) -> None:
         skill = capability.name if capability else env_row.name.split("/")[-1]
         async with ctx.store.tenant(ctx.tenant) as session:
@@ -504,7 +535,10 @@ class TrainHandlers:
             )
         # the job's id keeps the name unique if two jobs of one capability count alike
         name = f"{agent.name}--{skill}--v{version}--{str(job.id)[:8]}"
-        path = self._root(ctx.tenant) / "adapters" / agent.name / skill / f"v{version}-{job.id}"
+        # this delivery's own directory: one taken over meanwhile cannot overwrite the weights
+        # the other registers
+        folder = f"v{version}-{job.id}-{token[:8]}"
+        path = self._root(ctx.tenant) / "adapters" / agent.name / skill / folder
         await asyncio.to_thread(policy.model.save_pretrained, path)
         status = "trained"
         if self.client is not None and self.cfg.load_into_endpoint:
@@ -534,7 +568,7 @@ class TrainHandlers:
         async with ctx.record() as session:
             session.add(adapter)
             await session.flush()
-            row = await _job(session, job.id)
+            row = await _job(session, job.id, token)
             row.status = "done"
             row.adapter_id = adapter.id
             row.config = {
@@ -547,11 +581,14 @@ class TrainHandlers:
         log.info("adapter trained", adapter=name, steps=progress.step, rollouts=progress.rollouts)
 
 
-async def _job(session: AsyncSession, job_id: uuid.UUID) -> TrainingJob:
-    """The job's row, locked for the write that finishes it."""
+async def _job(session: AsyncSession, job_id: uuid.UUID, token: str | None) -> TrainingJob:
+    """The job's row, locked for the write that finishes it; with `token`, only while this
+    delivery's claim holds (one that was taken over must not record its result)."""
     job = await session.get(TrainingJob, job_id, with_for_update=True)
     if job is None:
         raise PermanentError(f"training job {job_id} disappeared while it ran")
+    if token is not None and (job.config.get("claim") or {}).get("token") != token:
+        raise LeaseLostError(f"job {job_id}: another delivery took the job over")
     return job
 
 

@@ -208,10 +208,13 @@ class Delivery:
         committed = False
         limit = self.settings.time_limit(self.contract.kind(), self.contract.TIME_LIMIT_S)
         try:
+            clock = asyncio.timeout(limit)
             try:
-                async with asyncio.timeout(limit):
+                async with clock:
                     outbox, duplicate = await self._run_once(msg, tenant, message, msg_id, attempt)
             except TimeoutError as exc:
+                if not clock.expired():
+                    raise  # the handler's own timeout, not its time limit
                 raise HandlerTimeoutError(
                     f"{self.contract.kind()} handler ran past its time limit of {limit:g} s"
                 ) from exc
@@ -235,6 +238,14 @@ class Delivery:
                 await msg.nak(delay=self.settings.backoff[-1] if self.settings.backoff else 1.0)
                 return "retried"
             if attempt >= self.settings.max_deliver:
+                # A long handler can fail after its result was recorded (cleaning up, or its
+                # time limit): the recorded outbox goes out rather than the message dying.
+                recorded = await self._processed_outbox(tenant, msg_id)
+                if recorded is not None:
+                    bound.warning("failed after its result was recorded", error=repr(exc))
+                    await self._publish_outbox(tenant, recorded)
+                    await msg.ack()
+                    return "ok"
                 bound.error("handler failed on its last delivery; dead-lettered", error=repr(exc))
                 await self._dead_letter(msg, msg_id, repr(exc), "exhausted")
                 return "dead_lettered"

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from services.train.gepa import GEPA, GEPASettings, SearchCheckpoint, UnreadableCheckpointError
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
+from shared.errors import RetryableError
 from tests.support.fake_chat import FakeJudge, Serve
 
 
@@ -133,7 +135,23 @@ async def test_a_stopped_search_resumes_from_its_checkpoint(serve: Serve, tmp_pa
     # the resumed search did not start over: the seed's Pareto scoring was not paid again,
     # and the budget counts what the whole search spent
     assert agent_requests(fake) - before <= 48 - 4
-    assert resumed.rollouts <= 48
+    # every episode played is counted, those of the lost iteration and gepa's re-scoring of
+    # the seed on resume included, and the whole search kept to its budget
+    assert resumed.rollouts == agent_requests(fake) <= 48
+
+
+async def test_a_reflection_model_that_never_answers_fails_the_search(serve: Serve) -> None:
+    """gepa logs a failed reflection and goes on; a search in which none ever answered is
+    not a result (it would report the seed prompt as optimised)."""
+
+    def reply(body: dict[str, Any]) -> str:
+        if body["model"] == "reflector":
+            raise web.HTTPNotFound(text='{"error": {"message": "no model reflector"}}')
+        return "done"
+
+    gepa = GEPA(await serve(FakeJudge(reply)), PoliteEnvironment(), settings(budget=16))
+    with pytest.raises(RetryableError, match="never answered"):
+        await gepa.optimise(PoliteEnvironment().tasks(), "seed")
 
 
 def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path: Path) -> None:

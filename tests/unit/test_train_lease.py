@@ -16,6 +16,10 @@ import pytest
 from services.train.config import TrainConfig
 from services.train.handlers import LeaseLostError, TrainHandlers
 from shared.bus.delivery import HandlerContext
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Environment, TrainingJob
+from shared.store.tenants import create_tenant
 
 
 class UnreachableStore:
@@ -45,7 +49,7 @@ async def test_a_lease_that_cannot_be_renewed_is_lost_before_it_expires() -> Non
     stop = threading.Event()
     started = time.monotonic()
     with pytest.raises(LeaseLostError, match="could not be renewed"):
-        await asyncio.wait_for(handlers._renew(_context(store), uuid.uuid4(), stop), 20)
+        await asyncio.wait_for(handlers._renew(_context(store), uuid.uuid4(), stop, "mine"), 20)
     lost_after = time.monotonic() - started
     assert stop.is_set()  # training is told to stop
     assert 4.0 <= lost_after < 6.0  # after 2/3 of the lease, before another worker may claim
@@ -64,7 +68,7 @@ async def test_work_is_stopped_when_the_lease_is_lost() -> None:
             raise
 
     lease = asyncio.create_task(
-        handlers._renew(_context(UnreachableStore()), uuid.uuid4(), threading.Event())
+        handlers._renew(_context(UnreachableStore()), uuid.uuid4(), threading.Event(), "mine")
     )
     with pytest.raises(LeaseLostError):
         await asyncio.wait_for(handlers._guarded(forever(), lease), 20)
@@ -82,3 +86,32 @@ async def test_work_that_finishes_first_keeps_its_result_and_errors() -> None:
         await handlers._guarded(fails(), lease)
     assert not lease.done()
     lease.cancel()
+
+
+async def test_a_lease_taken_over_by_another_delivery_is_lost_at_the_next_renewal(
+    store: Store,
+) -> None:
+    """A delivery cut off from NATS keeps training while JetStream hands the job to another:
+    its next renewal finds the claim's token replaced, and it stops."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="m", environment="toolbox")
+        env = Environment(name="toolbox", version=1, kind="target", status="ready")
+        session.add(env)
+        await session.flush()
+        job = TrainingJob(
+            environment_id=env.id,
+            status="running",
+            config={"agent_id": str(agent.id), "claim": {"msg_id": "m", "token": "theirs"}},
+        )
+        session.add(job)
+        await session.flush()
+        job_id = job.id
+    handlers = TrainHandlers(TrainConfig(lease_s=6))
+    context = HandlerContext("acme", None, "s", "m", 1, _beat, store)
+    stop = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(LeaseLostError, match="took the job over"):
+        await asyncio.wait_for(handlers._renew(context, job_id, stop, "mine"), 20)
+    assert stop.is_set() and time.monotonic() - started < 3.0  # at the first renewal
