@@ -37,6 +37,7 @@ from shared.routing.modes import (
     BaseOnly,
     Candidate,
     ClassifierRouting,
+    Decision,
     EmbeddingRouting,
     Example,
     LearnedRouting,
@@ -63,13 +64,22 @@ def error(status: int, message: str, kind: str = "invalid_request_error") -> web
     return web.json_response({"error": {"message": message, "type": kind}}, status=status)
 
 
+STORE_ERRORS = (
+    SQLAlchemyError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
+)
+"""What a store that cannot serve a request raises (a client that hangs up is not one)."""
+
+
 @web.middleware
 async def _store_unavailable(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A store that cannot be reached is the service's fault, not the caller's: 503, said
     plainly, whatever the request was (never a 404 or a bare 500)."""
     try:
         return await handler(request)
-    except (SQLAlchemyError, asyncpg.PostgresError, ConnectionError) as exc:
+    except STORE_ERRORS as exc:
         log.warning("store unavailable", path=request.path, error=repr(exc))
         return error(503, f"the store is unavailable, try again: {exc}", "service_unavailable")
 
@@ -194,9 +204,7 @@ class RouterApp:
                 return error(404, f"no agent {req.model!r} for this tenant (GET /v1/models)")
             conversation = await self._find(session, agent, request, messages)
         if conversation is None:
-            decision = await self._mode_for(agent).decide(
-                first_user_text(messages), await self._candidates(tenant, agent)
-            )
+            decision = await self._route(agent, tenant, first_user_text(messages))
             conversation = Conversation(
                 agent_id=agent.id,
                 adapter_id=decision.adapter.adapter_id if decision.adapter else None,
@@ -266,6 +274,17 @@ class RouterApp:
             return agent.model, None
         return adapter.name, adapter.artifact_uri
 
+    async def _route(self, agent: Agent, tenant: str, text: str) -> Decision:
+        """The routing decision; a classifier that cannot answer sends the conversation to
+        the base model (the fallback every mode has) rather than failing the request."""
+        mode = self._mode_for(agent)
+        candidates = await self._candidates(tenant, agent)
+        try:
+            return await mode.decide(text, candidates)
+        except (LLMError, PermanentError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("routing failed; the base model serves", mode=mode.name, error=repr(exc))
+            return Decision(None, 0.0, f"{mode.name}:unavailable")
+
     def _mode_for(self, agent: Agent) -> RoutingMode:
         """The configured mode; `learned` uses the examples the agent's last promoting cycle
         left in its config (embedding routing until there are some)."""
@@ -322,7 +341,7 @@ class RouterApp:
         except (json.JSONDecodeError, KeyError, IndexError, TypeError):
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
-        await self._record(
+        await self._record_or_log(
             tenant,
             conversation_id,
             body["model"],
@@ -377,7 +396,7 @@ class RouterApp:
             "content": "".join(content) or None,
             "tool_calls": [calls[i] for i in sorted(calls)] or None,
         }
-        await self._record(
+        await self._record_or_log(
             tenant,
             conversation_id,
             body["model"],
@@ -392,6 +411,18 @@ class RouterApp:
     def _count(self, headers: dict[str, str], outcome: str) -> None:
         if self.routed is not None:
             self.routed.labels(headers[ADAPTER_HEADER], outcome).inc()
+
+    async def _record_or_log(self, tenant: str, conversation_id: uuid.UUID, *args: Any) -> None:
+        """Keep the turn as a production trajectory; a store failure is logged, not turned
+        into an error for a reply that is already generated (or already streaming)."""
+        try:
+            await self._record(tenant, conversation_id, *args)
+        except STORE_ERRORS as exc:
+            log.warning(
+                "production trajectory not recorded",
+                conversation=str(conversation_id),
+                error=repr(exc),
+            )
 
     async def _record(
         self,

@@ -22,6 +22,7 @@ from services.router.config import RouterConfig
 from services.router.service import build
 from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Adapter, Capability, Conversation, Trajectory
@@ -45,6 +46,8 @@ class Upstream:
         self.models_gate: asyncio.Event | None = None
         """When set, /v1/models answers only once the event is set (a slow endpoint)."""
         self.models_asked = asyncio.Event()
+        self.refused: set[str] = set()
+        """Models whose chat requests get a 404."""
 
     async def list_models(self, _: web.Request) -> web.Response:
         self.models_asked.set()
@@ -65,6 +68,8 @@ class Upstream:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if body["model"] in self.refused:
+            raise web.HTTPNotFound(text=json.dumps({"error": {"message": "no such model"}}))
         self.models.append(body["model"])
         if not body.get("stream"):
             return web.json_response(
@@ -317,3 +322,21 @@ async def test_a_store_failure_is_503_and_an_endpoint_that_stays_down_502(
     assert status == 503, payload  # not "no agent 'bot'": the agent exists
     assert payload["error"]["type"] == "service_unavailable"
     assert "store is unavailable" in payload["error"]["message"]
+
+
+@pytest.mark.parametrize("router", ["classifier"], indirect=True)
+async def test_a_classifier_that_cannot_answer_routes_to_the_base_model(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """The endpoint does not serve the classifier's model: the conversation goes to the base
+    model, and the route says why."""
+    url, key, upstream, _ = router
+    upstream.refused = {DEFAULT_AGENT_MODEL}  # the default classifier model
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    async with aiohttp.ClientSession() as http:
+        status, headers, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+    assert status == 200, payload
+    assert headers["X-Retrace-Adapter"] == "smollm2" and upstream.models == ["smollm2"]
+    async with store.tenant("acme") as session:
+        [conversation] = list(await session.scalars(select(Conversation)))
+    assert conversation.route["mode"].endswith(":unavailable")
