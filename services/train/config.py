@@ -54,6 +54,10 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     agent's own model."""
     load_into_endpoint: bool = True
     """Load each trained adapter into the inference endpoint (`/v1/load_lora_adapter`)."""
+    max_jobs: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Jobs one worker trains at once (unset: the consumer's concurrency). Each job holds
+    its own copy of the model with its activations: on a CPU box three Qwen jobs at once
+    reached 13 GB and were killed for memory."""
     lease_s: Annotated[float, msgspec.Meta(ge=5)] = 120.0
     """A running job's claim lasts this long without a renewal (renewed every third of it);
     another delivery of the job while the claim lives is dropped as a duplicate."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from services.train.config import DEFAULT_PORT, TrainConfig
 from services.train.handlers import TrainHandlers
 from shared.llm.client import LLMClient
@@ -11,6 +13,10 @@ NAME = "train"
 
 
 def build(cfg: TrainConfig) -> Service:
+    if cfg.max_jobs is not None and cfg.max_jobs < cfg.consumer.concurrency:
+        # a job is one message in flight: fetch no more than the worker may train at once
+        consumer = msgspec.structs.replace(cfg.consumer, concurrency=cfg.max_jobs)
+        cfg = msgspec.structs.replace(cfg, consumer=consumer)
     # the endpoint: adapters are loaded into it, and prompt optimisation runs episodes on it
     client = LLMClient.for_endpoint(cfg.model)
 

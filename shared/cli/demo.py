@@ -47,6 +47,10 @@ CPU_DEFAULTS = {
     "RETRACE_TRAIN_MAX_TURNS": "4",
     # The held-out check of each adapter: 6 test tasks x 2 seeds, each played by the adapter
     # and by the base model.
+    # One training job at a time: each holds its own copy of the model, and three at once
+    # (an adapter and two baselines) were killed for memory on 24 GiB; on 2 cores running
+    # them side by side gains nothing.
+    "RETRACE_TRAIN_MAX_JOBS": "1",
     "RETRACE_TRAIN_HELDOUT_TASKS": "6",
     "RETRACE_TRAIN_HELDOUT_SAMPLES": "2",
     # On a busy CPU a request can wait behind a batch of long generations; a timeout would

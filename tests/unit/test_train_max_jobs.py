@@ -1,0 +1,15 @@
+"""A train worker on a small machine takes one job at a time (each holds its own model)."""
+
+from __future__ import annotations
+
+from services.train.config import TrainConfig
+from services.train.service import build as train
+from shared.config import load_config
+
+
+def test_a_train_worker_fetches_no_more_jobs_than_it_may_train_at_once() -> None:
+    env = {"RETRACE_TRAIN_MAX_JOBS": "1", "RETRACE_CONSUMER_CONCURRENCY": "4"}
+    service = train(load_config(TrainConfig, service="train", env=env))
+    assert service.cfg.consumer.concurrency == 1
+    service = train(load_config(TrainConfig, service="train", env={}))
+    assert service.cfg.consumer.concurrency == 4
