@@ -46,13 +46,14 @@ from shared.store.models import Adapter, Capability, Cycle, Task, TrainingJob, T
 
 AGENT = "lift-bot"
 CONFIGS: dict[str, dict[str, Any]] = {
-    # Sized for 2 CPU cores and at most 3 hours, from the stage times of `retrace demo` on the
-    # same engine (docs/benchmarks.md): a 24-episode toolbox rollout takes about 15 minutes,
-    # one capability's calibration, 32 GRPO rollouts and held-out check about 30, GRPO on the
-    # target about 20 and GEPA about 12 (32 rollouts each). Four configurations (base, the
-    # adapter, the two baselines) x 6 test tasks x 4 trials = 96 evaluation episodes, about
-    # 60 minutes: about 2.3 hours in all. 24 episodes per method give a pass-rate interval of
-    # about +-0.2 at a rate near 0.5 (less near 0): large effects only.
+    # Sized for 2 CPU cores and at most 3 hours. Measured in the first run (docs/benchmarks.md):
+    # diagnosis and calibration 12 minutes; GRPO on the toolbox target 141 to 908 s a step
+    # (3,000-token prompts). Estimated from those: training and held-out checks about 80
+    # minutes one job at a time (RETRACE_TRAIN_MAX_JOBS=1: three at once ran out of memory),
+    # and 4 configurations (base, the adapter, the two baselines) x 6 test tasks x 4 trials =
+    # 96 evaluation episodes, about 40 minutes: about 2.2 hours with the machine to itself.
+    # 24 episodes per method give a pass-rate interval of about +-0.2 at a rate near 0.5
+    # (less near 0): large effects only.
     "cpu": {
         "diagnose_tasks": 12,
         "diagnose_trials": 2,
