@@ -266,32 +266,18 @@ class Delivery:
         """Run the handler unless this message was processed; return the outbox to publish."""
         if is_long_running(self.handler):
             return await self._run_long(msg, tenant, message, msg_id, attempt)
-        key = {"consumer": self.consumer, "msg_id": msg_id}
         try:
             async with self.store.tenant(tenant) as session:
                 # The row lock taken by this insert serialises concurrent duplicate deliveries.
-                claimed = await session.execute(
-                    insert(ProcessedMessage)
-                    .values(tenant_id=tenant, subject=msg.subject, outbox=[], **key)
-                    .on_conflict_do_nothing()
-                    .returning(ProcessedMessage.msg_id)
-                )
-                if claimed.first() is None:
+                claimed = await self._mark_processed(session, tenant, msg.subject, msg_id)
+                if not claimed:
                     done = await session.get(ProcessedMessage, (self.consumer, msg_id))
                     return (list(done.outbox) if done else []), True
                 ctx = HandlerContext(
                     tenant, session, msg.subject, msg_id, attempt, msg.in_progress, self.store
                 )
                 await self.handler(message, ctx)
-                if ctx.outbox:
-                    await session.execute(
-                        update(ProcessedMessage)
-                        .where(
-                            ProcessedMessage.consumer == self.consumer,
-                            ProcessedMessage.msg_id == msg_id,
-                        )
-                        .values(outbox=ctx.outbox)
-                    )
+                await self._keep_outbox(session, msg_id, ctx.outbox)
                 return ctx.outbox, False
         except IntegrityError as exc:
             if "processed_messages_tenant_id" in str(exc.orig):
@@ -313,30 +299,11 @@ class Delivery:
         @asynccontextmanager
         async def recorder() -> AsyncIterator[AsyncSession]:
             async with self.store.tenant(tenant) as session:
-                claimed = await session.execute(
-                    insert(ProcessedMessage)
-                    .values(
-                        tenant_id=tenant,
-                        subject=msg.subject,
-                        outbox=[],
-                        consumer=self.consumer,
-                        msg_id=msg_id,
-                    )
-                    .on_conflict_do_nothing()
-                    .returning(ProcessedMessage.msg_id)
-                )
-                if claimed.first() is None:
+                claimed = await self._mark_processed(session, tenant, msg.subject, msg_id)
+                if not claimed:
                     raise AlreadyRecordedError(msg_id)
                 yield session
-                if ctx.outbox:
-                    await session.execute(
-                        update(ProcessedMessage)
-                        .where(
-                            ProcessedMessage.consumer == self.consumer,
-                            ProcessedMessage.msg_id == msg_id,
-                        )
-                        .values(outbox=ctx.outbox)
-                    )
+                await self._keep_outbox(session, msg_id, ctx.outbox)
             ctx.recorded = True
 
         ctx._recorder = recorder
@@ -352,6 +319,37 @@ class Delivery:
                 raise ContractError(f"unknown tenant {tenant!r}") from exc
             raise
         return ctx.outbox, False
+
+    async def _mark_processed(
+        self, session: AsyncSession, tenant: str, subject: str, msg_id: str
+    ) -> bool:
+        """Insert the message's `processed_messages` row; False if it was there already."""
+        claimed = await session.execute(
+            insert(ProcessedMessage)
+            .values(
+                tenant_id=tenant,
+                subject=subject,
+                outbox=[],
+                consumer=self.consumer,
+                msg_id=msg_id,
+            )
+            .on_conflict_do_nothing()
+            .returning(ProcessedMessage.msg_id)
+        )
+        return claimed.first() is not None
+
+    async def _keep_outbox(
+        self, session: AsyncSession, msg_id: str, outbox: list[dict[str, Any]]
+    ) -> None:
+        if outbox:
+            await session.execute(
+                update(ProcessedMessage)
+                .where(
+                    ProcessedMessage.consumer == self.consumer,
+                    ProcessedMessage.msg_id == msg_id,
+                )
+                .values(outbox=outbox)
+            )
 
     async def _processed_outbox(self, tenant: str, msg_id: str) -> list[dict[str, Any]] | None:
         async with self.store.tenant(tenant) as session:

@@ -513,28 +513,9 @@ async def evaluator_running(
 async def test_a_capability_without_an_environment_gives_its_place_to_the_next_kept_one(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    async with store.tenant("acme") as session:
-        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
-        agent_id = agent.id
-        caps = [
-            Capability(agent_id=agent_id, name=n, definition=n) for n in ("hard", "easy", "spare")
-        ]
-        session.add_all(caps)
-        await session.flush()
-        hard, easy, spare = (cap.id for cap in caps)
-        env = Environment(
-            name="synthetic/easy",
-            version=1,
-            kind="synthetic",
-            status="ready",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
-            capability_id=easy,
-        )
-        session.add(env)
-        await session.flush()
-        env_id = env.id
+    agent_id, (hard, easy, spare), env_id = await _agent_with_capabilities(
+        store, ("hard", "easy", "spare")
+    )
     cycle_id = uuid.uuid4()
     one = msgspec.structs.replace(SETTINGS, max_capabilities=1, baselines=[])
 
@@ -577,6 +558,31 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
         assert job.capability_id == easy and job.environment_id == env_id
 
 
+async def _agent_with_capabilities(
+    store: Store, names: Sequence[str]
+) -> tuple[uuid.UUID, list[uuid.UUID], uuid.UUID]:
+    """A tenant's agent with capabilities of these names, and a ready synthetic environment
+    for the one named "easy"."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        caps = [Capability(agent_id=agent.id, name=n, definition=n) for n in names]
+        session.add_all(caps)
+        await session.flush()
+        env = Environment(
+            name="synthetic/easy",
+            version=1,
+            kind="synthetic",
+            status="ready",
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
+            capability_id=caps[list(names).index("easy")].id,
+        )
+        session.add(env)
+        await session.flush()
+        return agent.id, [c.id for c in caps], env.id
+
+
 async def _state_is(cycle: Callable[[], Awaitable[Cycle | None]], wanted: str) -> bool:
     row = await cycle()
     return row is not None and row.state == wanted
@@ -588,26 +594,7 @@ async def test_synthesis_outcomes_that_arrive_before_the_capabilities_are_applie
     """The synthesize service consumes `capabilities.identified` too, and may settle a
     capability (a quick failure, say) before the evaluator has read that message: the
     outcome is kept and applied when it has, not dropped as a repeat."""
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    async with store.tenant("acme") as session:
-        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
-        agent_id = agent.id
-        caps = [Capability(agent_id=agent_id, name=n, definition=n) for n in ("hard", "easy")]
-        session.add_all(caps)
-        await session.flush()
-        hard, easy = (cap.id for cap in caps)
-        env = Environment(
-            name="synthetic/easy",
-            version=1,
-            kind="synthetic",
-            status="ready",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
-            capability_id=easy,
-        )
-        session.add(env)
-        await session.flush()
-        env_id = env.id
+    agent_id, (hard, easy), env_id = await _agent_with_capabilities(store, ("hard", "easy"))
     cycle_id = uuid.uuid4()
     settings = msgspec.structs.replace(SETTINGS, baselines=[])
 
