@@ -14,10 +14,11 @@ from collections import defaultdict
 
 import msgspec
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from services.synthesize.config import SynthesizeConfig
 from services.synthesize.writer import SpecWriter, SpecWriterError, WriterConfig
-from shared.bus.delivery import Handler, HandlerContext
+from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import synthetic_ref
 from shared.envs.synthetic import (
@@ -79,49 +80,61 @@ class SynthesizeHandlers:
             RolloutCompleted: self.rollout_completed,
         }
 
+    @long_running
     async def capabilities_identified(
         self, msg: CapabilitiesIdentified, ctx: HandlerContext
     ) -> None:
-        for capability_id in msg.capability_ids:
-            capability = await ctx.session.get(Capability, capability_id)
-            if capability is None:
-                log.warning("capability not found; skipped", capability=str(capability_id))
-                continue
-            versions = {
-                row.version: row.status
-                for row in await ctx.session.scalars(
-                    select(Environment).where(Environment.capability_id == capability.id)
+        # Read in a short transaction, let the writer model work outside any, then store the
+        # environments and ask for their calibration in the one that records the message.
+        todo: list[tuple[uuid.UUID, str, str, list[str]]] = []
+        async with ctx.store.tenant(ctx.tenant) as session:
+            for capability_id in msg.capability_ids:
+                capability = await session.get(Capability, capability_id)
+                if capability is None:
+                    log.warning("capability not found; skipped", capability=str(capability_id))
+                    continue
+                if await _has_environment(session, capability):
+                    continue
+                excerpts = await self._failure_excerpts(session, capability) if self.writer else []
+                todo.append((capability.id, capability.name, capability.definition, excerpts))
+        written = [
+            (cid, await self._spec(name, definition, ex)) for cid, name, definition, ex in todo
+        ]
+        async with ctx.record() as session:
+            for capability_id, (spec, writer) in written:
+                capability = await session.get(Capability, capability_id, with_for_update=True)
+                if capability is None or await _has_environment(session, capability):
+                    continue  # another delivery got there first
+                if writer:
+                    capability.evidence = {**capability.evidence, "writer": writer}
+                versions = await session.scalars(
+                    select(Environment.version).where(Environment.capability_id == capability.id)
                 )
-            }
-            if any(status in ("calibrating", "ready") for status in versions.values()):
-                log.info(
-                    "capability already has an environment; skipped", capability=capability.name
+                # A capability whose earlier environments all failed starts again after them.
+                spec = msgspec.structs.replace(
+                    spec,
+                    revision=max(versions, default=0),
+                    hint_share=min(self.cfg.hint_share, self.cfg.max_hint_share),
                 )
-                continue
-            # A capability whose earlier environments all failed starts again after them.
-            spec = msgspec.structs.replace(
-                await self._spec(ctx, capability),
-                revision=max(versions, default=0),
-                hint_share=min(self.cfg.hint_share, self.cfg.max_hint_share),
-            )
-            await self._calibrate(ctx, capability, msg.agent_id, msg.cycle_id, spec, attempt=0)
+                await self._calibrate(
+                    ctx, session, capability, msg.agent_id, msg.cycle_id, spec, attempt=0
+                )
 
-    async def _spec(self, ctx: HandlerContext, capability: Capability) -> SyntheticSpec:
+    async def _spec(
+        self, name: str, definition: str, excerpts: list[str]
+    ) -> tuple[SyntheticSpec, dict[str, str]]:
         """The writer's spec when one is configured and it writes a valid one; else the
-        default spec. What the writer got wrong is kept in the capability's evidence."""
+        default spec; with what to keep of the writer in the capability's evidence."""
         if self.writer is None:
-            return default_spec(capability.name, capability.definition)
-        evidence = await self._failure_excerpts(ctx, capability)
+            return default_spec(name, definition), {}
         try:
-            spec = await self.writer.write(capability.name, capability.definition, evidence)
+            spec = await self.writer.write(name, definition, excerpts)
         except SpecWriterError as exc:
-            log.warning("written spec rejected; default spec used", capability=capability.name)
-            capability.evidence = {**capability.evidence, "writer": {"rejected": str(exc)}}
-            return default_spec(capability.name, capability.definition)
-        capability.evidence = {**capability.evidence, "writer": {"accepted": spec.name}}
-        return spec
+            log.warning("written spec rejected; default spec used", capability=name)
+            return default_spec(name, definition), {"rejected": str(exc)}
+        return spec, {"accepted": spec.name}
 
-    async def _failure_excerpts(self, ctx: HandlerContext, capability: Capability) -> list[str]:
+    async def _failure_excerpts(self, session: AsyncSession, capability: Capability) -> list[str]:
         """Request and last reply of a few failed trajectories the capability was found in."""
         ids = []
         for raw in capability.evidence.get("failed_examples", [])[:EVIDENCE_EXAMPLES]:
@@ -132,7 +145,7 @@ class SynthesizeHandlers:
         if not ids:
             return []
         excerpts = []
-        for messages in await ctx.session.scalars(
+        for messages in await session.scalars(
             select(Trajectory.messages).where(Trajectory.id.in_(ids))
         ):
             asked = next((m.get("content") for m in messages if m.get("role") == "user"), "")
@@ -225,6 +238,7 @@ class SynthesizeHandlers:
             return
         await self._calibrate(
             ctx,
+            ctx.session,
             capability,
             msg.agent_id,
             msg.cycle_id,
@@ -235,6 +249,7 @@ class SynthesizeHandlers:
     async def _calibrate(
         self,
         ctx: HandlerContext,
+        session: AsyncSession,
         capability: Capability,
         agent_id: uuid.UUID,
         cycle_id: uuid.UUID | None,
@@ -263,7 +278,7 @@ class SynthesizeHandlers:
         request_id = uuid.uuid4()
         # Versions count per name across capabilities, cycles and agents of the tenant: the
         # same capability found again gets a new version, never a clash.
-        latest = await ctx.session.scalar(
+        latest = await session.scalar(
             select(func.max(Environment.version)).where(Environment.name == env.name)
         )
         row = Environment(
@@ -282,8 +297,8 @@ class SynthesizeHandlers:
                 "max_turns": self.cfg.max_turns,
             },
         )
-        ctx.session.add(row)
-        await ctx.session.flush()
+        session.add(row)
+        await session.flush()
         capability.status = "synthesizing"
         ctx.emit(
             RolloutRequested(
@@ -300,6 +315,17 @@ class SynthesizeHandlers:
             ),
             key=str(row.id),
         )
+
+
+async def _has_environment(session: AsyncSession, capability: Capability) -> bool:
+    """Whether the capability has an environment being calibrated or ready (then skipped)."""
+    statuses = await session.scalars(
+        select(Environment.status).where(Environment.capability_id == capability.id)
+    )
+    if any(status in ("calibrating", "ready") for status in statuses):
+        log.info("capability already has an environment; skipped", capability=capability.name)
+        return True
+    return False
 
 
 def _give_up(

@@ -32,6 +32,7 @@ from shared.store.tenants import create_tenant
 from tests.integration.test_delivery import eventually, healthy
 from tests.support.fake_chat import FakeJudge, script
 from tests.support.oracle_llm import OracleLLM
+from tests.support.transactions import open_transactions
 from tests.unit.test_synthetic_template import TIMED_ALARM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -173,9 +174,20 @@ async def test_a_written_template_is_calibrated_and_a_bad_one_falls_back(
     # alarm requests are unique per task (a contact template repeats requests over worlds).
     written = template_spec(NAME, DEFINITION, TIMED_ALARM)
     reply = json.dumps({"template": msgspec.to_builtins(TIMED_ALARM)})
-    [env] = await _run(
-        service_cfg, 0.5, store, regenerations=1, writer=FakeJudge(script(reply)), played=written
-    )
+    writer = FakeJudge(script(reply), delay=2.5)  # a writer model that takes its time
+    held: list[int] = []
+
+    async def watch() -> None:  # a transaction held across the writer's call shows here
+        while True:
+            held.append(await open_transactions(store, older_than_s=1.0))
+            await asyncio.sleep(0.1)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        [env] = await _run(service_cfg, 0.5, store, regenerations=1, writer=writer, played=written)
+    finally:
+        watcher.cancel()
+    assert writer.requests and len(held) > 20 and max(held) == 0
     assert env.status == "ready" and env.spec["scenario"] == "template"
     assert env.spec["template"] == msgspec.to_builtins(TIMED_ALARM)
     async with store.tenant("acme") as session:
