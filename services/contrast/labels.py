@@ -20,6 +20,9 @@ LABELS: frozenset[str] = frozenset(get_args(Label))
 Rule = Callable[[TrajectoryView], Label]
 
 _NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+MIN_DEFINITION_WORDS = 3
+"""A definition says what PRESENT and LACKING mean; a placeholder ("...") is none."""
 MAX_NAME = 100
 """The store's `capabilities.name` column width."""
 
@@ -39,8 +42,11 @@ class Capability:
                 f"capability name {self.name!r} must be snake_case "
                 f"(lowercase words joined by '_', at most {MAX_NAME} characters)"
             )
-        if not self.definition.strip():
-            raise ValueError(f"capability {self.name!r} needs a definition")
+        if len(_WORD.findall(self.definition)) < MIN_DEFINITION_WORDS:
+            raise ValueError(
+                f"capability {self.name!r} needs a definition in words (at least "
+                f"{MIN_DEFINITION_WORDS}), not {self.definition[:80]!r}"
+            )
 
 
 class Labeller(Protocol):

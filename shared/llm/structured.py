@@ -11,6 +11,7 @@ Endpoint failures are the client's: `LLMError` after its retry policy, `LLMReque
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,14 +54,35 @@ class AskConfig:
 
 
 def decode_json(reply: str, type_: type[T]) -> T:
+    """The reply's JSON as `type_`: the whole reply, a fenced block, or a complete JSON object
+    that the reply opens with and then follows with something else (small models add a stray
+    `}` or a sentence); whatever is taken is validated against `type_`."""
     text = reply.strip()
     fenced = _FENCE.fullmatch(text)
+    body = fenced.group(1) if fenced else text
     try:
-        return msgspec.json.decode(fenced.group(1) if fenced else text, type=type_)
+        return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
         raise MalformedReply(f"wrong JSON shape: {exc}") from exc
     except msgspec.DecodeError as exc:
-        raise MalformedReply(f"not valid JSON: {exc}") from exc
+        leading = _leading_object(body)
+        if leading is None:
+            raise MalformedReply(f"not valid JSON: {exc}") from exc
+    try:
+        return msgspec.json.decode(leading, type=type_)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise MalformedReply(f"wrong JSON shape: {exc}") from exc
+
+
+def _leading_object(text: str) -> str | None:
+    """The complete JSON object `text` opens with, re-encoded; None if it opens with none."""
+    if not text.startswith("{"):
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except (ValueError, RecursionError):
+        return None
+    return json.dumps(value)
 
 
 async def ask_structured(

@@ -165,7 +165,7 @@ async def test_labeller_respects_its_concurrency_bound(serve: Serve) -> None:
 
 async def test_labeller_refuses_a_budget_too_small_for_its_definitions(serve: Serve) -> None:
     fake = FakeJudge(by_seed)
-    wordy = [Capability(f"skill_{i}", "x" * 300) for i in range(10)]
+    wordy = [Capability(f"skill_{i}", "a long definition " * 17) for i in range(10)]
     cfg = JudgeConfig(model="judge", max_prompt_chars=2000)
     with pytest.raises(ValueError, match="label fewer capabilities"):
         await JudgeLabeller(await serve(fake), cfg).prelabel(wordy, DATA, runs=[0])
@@ -255,3 +255,11 @@ def test_compact_respects_its_budget_and_keeps_both_ends(
         assert text == "\n".join(rendered)
     if max_chars >= 40:
         assert text.startswith(rendered[0][:8]) and text.endswith(rendered[-1][-8:])
+
+
+@pytest.mark.parametrize("definition", ["...", "", "N/A", "x" * 300, "1. 2. 3."])
+def test_a_capability_needs_a_definition_in_words(definition: str) -> None:
+    # Qwen2.5-Coder-0.5B as the judge proposed `system`, `user` and `tool`, each defined "..."
+    with pytest.raises(ValueError, match="definition in words"):
+        Capability("system", definition)
+    assert Capability("system", "Calls the tool the request names").definition
