@@ -194,15 +194,18 @@ class RouterApp:
             return error(400, "messages must not be empty")
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
-        # Three short transactions, none held across a model or endpoint call: look the
-        # agent and conversation up; route a new conversation (an embedding or a classifier
-        # request) and record it; then make sure the endpoint serves the target.
+        # Short transactions, none held across a model or endpoint call: look the agent and
+        # conversation up (and a known conversation's target); route a new conversation (an
+        # embedding or a classifier request), then record it; then make sure the endpoint
+        # serves the target.
         async with self.service.store.tenant(tenant) as session:
             try:
                 agent = await get_agent(session, req.model)
             except AgentNotFoundError:
                 return error(404, f"no agent {req.model!r} for this tenant (GET /v1/models)")
             conversation = await self._find(session, agent, request, messages)
+            if conversation is not None:
+                target, artifact = await self._target(session, agent, conversation)
         if conversation is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             conversation = Conversation(
@@ -213,8 +216,7 @@ class RouterApp:
             )
             async with self.service.store.tenant(tenant) as session:
                 session.add(conversation)
-        async with self.service.store.tenant(tenant) as session:
-            target, artifact = await self._target(session, agent, conversation)
+                target, artifact = await self._target(session, agent, conversation)
         if conversation.turns == 0:
             try:  # an endpoint that restarted has forgotten its adapters: load it again
                 await self.served.ensure(target, artifact)
@@ -341,7 +343,7 @@ class RouterApp:
         except (json.JSONDecodeError, KeyError, IndexError, TypeError):
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
-        await self._record_or_log(
+        await self._record(
             tenant,
             conversation_id,
             body["model"],
@@ -396,7 +398,7 @@ class RouterApp:
             "content": "".join(content) or None,
             "tool_calls": [calls[i] for i in sorted(calls)] or None,
         }
-        await self._record_or_log(
+        await self._record(
             tenant,
             conversation_id,
             body["model"],
@@ -412,11 +414,19 @@ class RouterApp:
         if self.routed is not None:
             self.routed.labels(headers[ADAPTER_HEADER], outcome).inc()
 
-    async def _record_or_log(self, tenant: str, conversation_id: uuid.UUID, *args: Any) -> None:
+    async def _record(
+        self,
+        tenant: str,
+        conversation_id: uuid.UUID,
+        model: str,
+        messages: list[dict[str, Any]],
+        tokens: int,
+        latency_ms: float,
+    ) -> None:
         """Keep the turn as a production trajectory; a store failure is logged, not turned
         into an error for a reply that is already generated (or already streaming)."""
         try:
-            await self._record(tenant, conversation_id, *args)
+            await self._keep_turn(tenant, conversation_id, model, messages, tokens, latency_ms)
         except STORE_ERRORS as exc:
             log.warning(
                 "production trajectory not recorded",
@@ -424,7 +434,7 @@ class RouterApp:
                 error=repr(exc),
             )
 
-    async def _record(
+    async def _keep_turn(
         self,
         tenant: str,
         conversation_id: uuid.UUID,
