@@ -266,23 +266,18 @@ class Delivery:
         """Run the handler unless this message was processed; return the outbox to publish."""
         if is_long_running(self.handler):
             return await self._run_long(msg, tenant, message, msg_id, attempt)
-        try:
-            async with self.store.tenant(tenant) as session:
-                # The row lock taken by this insert serialises concurrent duplicate deliveries.
-                claimed = await self._mark_processed(session, tenant, msg.subject, msg_id)
-                if not claimed:
-                    done = await session.get(ProcessedMessage, (self.consumer, msg_id))
-                    return (list(done.outbox) if done else []), True
-                ctx = HandlerContext(
-                    tenant, session, msg.subject, msg_id, attempt, msg.in_progress, self.store
-                )
-                await self.handler(message, ctx)
-                await self._keep_outbox(session, msg_id, ctx.outbox)
-                return ctx.outbox, False
-        except IntegrityError as exc:
-            if "processed_messages_tenant_id" in str(exc.orig):
-                raise ContractError(f"unknown tenant {tenant!r}") from exc
-            raise
+        async with self.store.tenant(tenant) as session:
+            # The row lock taken by this insert serialises concurrent duplicate deliveries.
+            claimed = await self._mark_processed(session, tenant, msg.subject, msg_id)
+            if not claimed:
+                done = await session.get(ProcessedMessage, (self.consumer, msg_id))
+                return (list(done.outbox) if done else []), True
+            ctx = HandlerContext(
+                tenant, session, msg.subject, msg_id, attempt, msg.in_progress, self.store
+            )
+            await self.handler(message, ctx)
+            await self._keep_outbox(session, msg_id, ctx.outbox)
+            return ctx.outbox, False
 
     async def _run_long(
         self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int
@@ -314,28 +309,30 @@ class Delivery:
                     pass
         except AlreadyRecordedError:
             return await self._processed_outbox(tenant, msg_id) or [], True
-        except IntegrityError as exc:
-            if "processed_messages_tenant_id" in str(exc.orig):
-                raise ContractError(f"unknown tenant {tenant!r}") from exc
-            raise
         return ctx.outbox, False
 
     async def _mark_processed(
         self, session: AsyncSession, tenant: str, subject: str, msg_id: str
     ) -> bool:
-        """Insert the message's `processed_messages` row; False if it was there already."""
-        claimed = await session.execute(
-            insert(ProcessedMessage)
-            .values(
-                tenant_id=tenant,
-                subject=subject,
-                outbox=[],
-                consumer=self.consumer,
-                msg_id=msg_id,
+        """Insert the message's `processed_messages` row; False if it was there already. A
+        tenant that does not exist fails here (the row's foreign key) as a `ContractError`."""
+        try:
+            claimed = await session.execute(
+                insert(ProcessedMessage)
+                .values(
+                    tenant_id=tenant,
+                    subject=subject,
+                    outbox=[],
+                    consumer=self.consumer,
+                    msg_id=msg_id,
+                )
+                .on_conflict_do_nothing()
+                .returning(ProcessedMessage.msg_id)
             )
-            .on_conflict_do_nothing()
-            .returning(ProcessedMessage.msg_id)
-        )
+        except IntegrityError as exc:
+            if "processed_messages_tenant_id" in str(exc.orig):
+                raise ContractError(f"unknown tenant {tenant!r}") from exc
+            raise
         return claimed.first() is not None
 
     async def _keep_outbox(
