@@ -498,7 +498,9 @@ class TrainHandlers:
     async def _progress(self, ctx: HandlerContext, job_id: uuid.UUID, p: Progress) -> None:
         """The job's progress, for `retrace status` (the checkpoint is the real record)."""
         async with ctx.store.tenant(ctx.tenant) as session:
-            job = await session.get(TrainingJob, job_id)
+            # locked: an unlocked read-modify-write of `config` could put back a claim that
+            # another delivery replaced meanwhile
+            job = await session.get(TrainingJob, job_id, with_for_update=True)
             if job is not None:
                 last = p.curve[-1] if p.curve else {}
                 job.config = {
