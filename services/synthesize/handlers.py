@@ -93,7 +93,7 @@ class SynthesizeHandlers:
                 if capability is None:
                     log.warning("capability not found; skipped", capability=str(capability_id))
                     continue
-                if await _has_environment(session, capability):
+                if _taken(capability, await _versions(session, capability)):
                     continue
                 excerpts = await self._failure_excerpts(session, capability) if self.writer else []
                 todo.append((capability.id, capability.name, capability.definition, excerpts))
@@ -103,13 +103,13 @@ class SynthesizeHandlers:
         async with ctx.record() as session:
             for capability_id, (spec, writer) in written:
                 capability = await session.get(Capability, capability_id, with_for_update=True)
-                if capability is None or await _has_environment(session, capability):
+                if capability is None:
+                    continue
+                versions = await _versions(session, capability)
+                if _taken(capability, versions):
                     continue  # another delivery got there first
                 if writer:
                     capability.evidence = {**capability.evidence, "writer": writer}
-                versions = await session.scalars(
-                    select(Environment.version).where(Environment.capability_id == capability.id)
-                )
                 # A capability whose earlier environments all failed starts again after them.
                 spec = msgspec.structs.replace(
                     spec,
@@ -317,12 +317,19 @@ class SynthesizeHandlers:
         )
 
 
-async def _has_environment(session: AsyncSession, capability: Capability) -> bool:
-    """Whether the capability has an environment being calibrated or ready (then skipped)."""
-    statuses = await session.scalars(
-        select(Environment.status).where(Environment.capability_id == capability.id)
+async def _versions(session: AsyncSession, capability: Capability) -> dict[int, str]:
+    """The capability's environments: version -> status."""
+    rows = await session.execute(
+        select(Environment.version, Environment.status).where(
+            Environment.capability_id == capability.id
+        )
     )
-    if any(status in ("calibrating", "ready") for status in statuses):
+    return {version: status for version, status in rows}
+
+
+def _taken(capability: Capability, versions: dict[int, str]) -> bool:
+    """Whether the capability has an environment being calibrated or ready (then skipped)."""
+    if any(status in ("calibrating", "ready") for status in versions.values()):
         log.info("capability already has an environment; skipped", capability=capability.name)
         return True
     return False
