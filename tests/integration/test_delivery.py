@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import msgspec
 import nats
@@ -13,8 +14,9 @@ import nats.js.errors
 import pytest
 
 from shared.bus import NatsBus
+from shared.bus.delivery import Handler
 from shared.config import ServiceConfig
-from shared.messages import DeadLetter
+from shared.messages import Contract, DeadLetter
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.tenants import create_tenant
@@ -31,17 +33,29 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0)
         await asyncio.sleep(0.1)
 
 
-@pytest.fixture
-async def running(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Service]:
+@contextlib.asynccontextmanager
+async def pinger(
+    cfg: ServiceConfig, store: Store, handlers: Mapping[type[Contract], Handler]
+) -> AsyncIterator[Service]:
+    """A running service of the test contracts' `handlers`, for tenant `acme` with the
+    effects table; stopped (cleanly) afterwards."""
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     await create_effects(store.engine)
-    service = Service("pinger", service_cfg, {Ping: handle_ping}, default_port=0)
+    service = Service("pinger", cfg, handlers, default_port=0)
     task = asyncio.create_task(service.run())
     await eventually(lambda: healthy(service))
-    yield service
-    service.stop()
-    assert await asyncio.wait_for(task, 20) == 0
+    try:
+        yield service
+    finally:
+        service.stop()
+        assert await asyncio.wait_for(task, 20) == 0
+
+
+@pytest.fixture
+async def running(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Service]:
+    async with pinger(service_cfg, store, {Ping: handle_ping}) as service:
+        yield service
 
 
 async def healthy(service: Service) -> bool:
@@ -267,23 +281,16 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_retried(
 ) -> None:
     """The first delivery hangs (heartbeats would keep it alive forever): at its contract's
     time limit it is cancelled, its writes roll back, and the retry completes once."""
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    await create_effects(store.engine)
     consumer = msgspec.structs.replace(service_cfg.consumer, time_limits={"test.ping": 1.0})
     cfg = msgspec.structs.replace(service_cfg, consumer=consumer)
-    service = Service("pinger", cfg, {Ping: handle_ping}, default_port=0)
-    task = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
-    bus = await NatsBus.connect(cfg.nats.url or "", cfg.nats)
-    try:
-        await bus.publish("acme", Ping(key="hang", sleep=30.0, sleep_on=[1]), msg_id="m-hang")
-        await eventually(lambda: _pong_count(bus, 1), within=20)
-        assert (await effect_counts(store.engine))["hang"] == 1
-        assert await dead_letters(bus) == []
-        timed_out = service.metrics.handled.labels(Ping.kind(), "retried")._value.get()
-        assert timed_out == 1
-    finally:
-        await bus.close()
-        service.stop()
-        assert await asyncio.wait_for(task, 20) == 0
+    async with pinger(cfg, store, {Ping: handle_ping}) as service:
+        bus = await NatsBus.connect(cfg.nats.url or "", cfg.nats)
+        try:
+            await bus.publish("acme", Ping(key="hang", sleep=30.0, sleep_on=[1]), msg_id="m-hang")
+            await eventually(lambda: _pong_count(bus, 1), within=20)
+            assert (await effect_counts(store.engine))["hang"] == 1
+            assert await dead_letters(bus) == []
+            timed_out = service.metrics.handled.labels(Ping.kind(), "retried")._value.get()
+            assert timed_out == 1
+        finally:
+            await bus.close()

@@ -11,13 +11,10 @@ import pytest
 
 from shared.bus import NatsBus
 from shared.config import ServiceConfig
-from shared.runtime.service import Service
 from shared.store import Store
-from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import _pong_count, _pong_ids, eventually, healthy
+from tests.integration.test_delivery import _pong_count, _pong_ids, eventually, pinger
 from tests.support.ping import (
     LongPing,
-    create_effects,
     effect_counts,
     handle_long_ping,
     long_runs,
@@ -30,17 +27,10 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 async def client(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[NatsBus]:
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    await create_effects(store.engine)
-    service = Service("long-pinger", service_cfg, {LongPing: handle_long_ping}, default_port=0)
-    task = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    yield bus
-    await bus.close()
-    service.stop()
-    assert await asyncio.wait_for(task, 20) == 0
+    async with pinger(service_cfg, store, {LongPing: handle_long_ping}):
+        bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+        yield bus
+        await bus.close()
 
 
 async def test_no_transaction_is_open_while_a_long_handler_works(
