@@ -360,25 +360,9 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
 async def test_a_cycle_whose_training_fails_measures_the_agent_as_is_and_says_why(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    async with store.tenant("acme") as session:
-        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
-        agent_id = agent.id
-        cap = Capability(agent_id=agent_id, name="set_alarms", definition="x")
-        session.add(cap)
-        await session.flush()
-        env = Environment(
-            name="synthetic/set_alarms",
-            version=1,
-            kind="synthetic",
-            status="ready",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "set_alarms")),
-            capability_id=cap.id,
-        )
-        session.add(env)
-        await session.flush()
-        cap_id, env_id = cap.id, env.id
+    agent_id, [cap_id], env_id = await _agent_with_capabilities(
+        store, ("set_alarms",), ready="set_alarms"
+    )
     cfg = EvaluatorConfig(**{f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__})  # type: ignore[arg-type]
     service = Service(
         "evaluator", cfg, EvaluatorHandlers(cfg, FirstAdapter()).table(), default_port=0
@@ -559,10 +543,10 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
 
 
 async def _agent_with_capabilities(
-    store: Store, names: Sequence[str]
+    store: Store, names: Sequence[str], ready: str = "easy"
 ) -> tuple[uuid.UUID, list[uuid.UUID], uuid.UUID]:
     """A tenant's agent with capabilities of these names, and a ready synthetic environment
-    for the one named "easy"."""
+    for the one named `ready`."""
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
@@ -571,12 +555,12 @@ async def _agent_with_capabilities(
         session.add_all(caps)
         await session.flush()
         env = Environment(
-            name="synthetic/easy",
+            name=f"synthetic/{ready}",
             version=1,
             kind="synthetic",
             status="ready",
-            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", "easy")),
-            capability_id=caps[list(names).index("easy")].id,
+            spec=msgspec.to_builtins(family_spec("set_alarm_at_time", ready)),
+            capability_id=caps[list(names).index(ready)].id,
         )
         session.add(env)
         await session.flush()
