@@ -8,30 +8,11 @@ import re
 
 import pytest
 
-from services.contrast.config import ContrastConfig
-from services.contrast.service import build as contrast
-from services.evaluator.config import EvaluatorConfig
-from services.evaluator.service import build as evaluator
-from services.rollout.config import RolloutConfig
-from services.rollout.service import build as rollout
-from services.router.config import RouterConfig
-from services.router.service import build as router
-from services.synthesize.config import SynthesizeConfig
-from services.synthesize.service import build as synthesize
-from services.train.config import TrainConfig
-from services.train.service import build as train
-from shared.config import load_config
 from shared.messages import Contract, contracts
+from tests.support.services import BUILDERS, built
 
-SERVICES = {
-    "rollout": lambda: rollout(load_config(RolloutConfig, env={})),
-    "contrast": lambda: contrast(load_config(ContrastConfig, env={})),
-    "synthesize": lambda: synthesize(load_config(SynthesizeConfig, env={})),
-    "train": lambda: train(load_config(TrainConfig, env={})),
-    "evaluator": lambda: evaluator(load_config(EvaluatorConfig, env={})),
-    "router": lambda: router(load_config(RouterConfig, env={"RETRACE_ROUTER_MODE": "base"})),
-}
-BUILT = {name: make() for name, make in SERVICES.items()}
+# the router in base mode: no embedding model to load for this check
+BUILT = {name: built(name, {"RETRACE_ROUTER_MODE": "base"}) for name in BUILDERS}
 OURS = [c for c in contracts() if c.__module__ == "shared.messages"]
 """retrace's own contracts (tests register contracts of their own)."""
 ROUTE = re.compile(r"^(?P<producers>[^:]+?)\s*->\s*(?P<consumers>[^:(]+?)\s*(\([^)]*\))?\s*:")
@@ -42,7 +23,7 @@ def declared_consumers(contract: type[Contract]) -> set[str]:
     match = ROUTE.match(line)
     assert match, f"{contract.__name__}'s docstring does not open with 'producer -> consumers:'"
     names = {n.strip() for n in re.split(r"[,/]", match["consumers"])}
-    return names & set(SERVICES)
+    return names & set(BUILDERS)
 
 
 @pytest.mark.parametrize("contract", OURS, ids=lambda c: c.kind())

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from services.contrast.config import ContrastConfig
-from services.contrast.service import build as contrast
-from services.rollout.config import RolloutConfig
-from services.rollout.service import build as rollout
-from services.router.config import RouterConfig
-from services.router.service import build as router
-from services.synthesize.config import SynthesizeConfig
-from services.synthesize.service import build as synthesize
-from services.train.config import TrainConfig
-from services.train.service import build as train
-from shared.config import ModelConfig, load_config
+from shared.config import ModelConfig
 from shared.envs.protocol import Message
 from shared.llm.client import LLMClient
 from shared.llm.openai_types import ChatRequest
 from tests.support.fake_chat import FakeJudge, Serve
+from tests.support.services import built
 
 ENV = {
     "RETRACE_MODEL_REQUEST_TIMEOUT": "1234",
@@ -42,26 +33,16 @@ def _clients(service: object) -> list[LLMClient]:
     return found
 
 
-@pytest.mark.parametrize(
-    ("build", "cfg"),
-    [
-        (rollout, RolloutConfig),
-        (contrast, ContrastConfig),
-        (synthesize, SynthesizeConfig),
-        (train, TrainConfig),
-    ],
-    ids=["rollout", "contrast", "synthesize", "train"],
-)
-def test_every_service_client_waits_the_configured_time(build: object, cfg: type) -> None:
-    name = cfg.__name__.removesuffix("Config").lower()
-    service = build(load_config(cfg, service=name, env=ENV))  # type: ignore[operator]
+@pytest.mark.parametrize("name", ["rollout", "contrast", "synthesize", "train"])
+def test_every_service_client_waits_the_configured_time(name: str) -> None:
+    service = built(name, ENV)
     clients = _clients(service)
     assert clients, "the service has no model client to check"
     assert {c.chat_retry.timeout for c in clients} == {1234.0}
 
 
 def test_the_router_client_waits_the_configured_time() -> None:
-    service = router(load_config(RouterConfig, service="router", env=ENV))
+    service = built("router", ENV)
     app = service.routes.__self__  # type: ignore[union-attr]
     assert app.client.chat_retry.timeout == 1234.0
 

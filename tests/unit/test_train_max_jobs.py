@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from services.train.config import TrainConfig
-from services.train.service import build as train
-from shared.config import load_config
+from tests.support.services import built
 
 
 def test_a_train_worker_fetches_no_more_jobs_than_it_may_train_at_once() -> None:
     env = {"RETRACE_TRAIN_MAX_JOBS": "1", "RETRACE_CONSUMER_CONCURRENCY": "4"}
-    service = train(load_config(TrainConfig, service="train", env=env))
+    service = built("train", env)
     assert service.cfg.consumer.concurrency == 1
-    service = train(load_config(TrainConfig, service="train", env={}))
+    service = built("train", {})
     assert service.cfg.consumer.concurrency == 4
