@@ -68,7 +68,8 @@ class HandlerContext:
     attempt: int
     """1 on first delivery."""
     heartbeat: Callable[[], Awaitable[None]]
-    """Tell JetStream the message is still being worked on (also sent automatically)."""
+    """Tell JetStream the message is still being worked on (also sent automatically); a
+    heartbeat that cannot be sent is logged, never raised."""
     store: Store
     """For work that must commit on its own, before the handler ends (long handlers'
     progress); such writes must be idempotent themselves."""
@@ -272,9 +273,7 @@ class Delivery:
             if not claimed:
                 done = await session.get(ProcessedMessage, (self.consumer, msg_id))
                 return (list(done.outbox) if done else []), True
-            ctx = HandlerContext(
-                tenant, session, msg.subject, msg_id, attempt, msg.in_progress, self.store
-            )
+            ctx = self._context(msg, tenant, session, msg_id, attempt)
             await self.handler(message, ctx)
             await self._keep_outbox(session, msg_id, ctx.outbox)
             return ctx.outbox, False
@@ -287,9 +286,7 @@ class Delivery:
         done = await self._processed_outbox(tenant, msg_id)
         if done is not None:
             return done, True
-        ctx = HandlerContext(
-            tenant, None, msg.subject, msg_id, attempt, msg.in_progress, self.store
-        )
+        ctx = self._context(msg, tenant, None, msg_id, attempt)
 
         @asynccontextmanager
         async def recorder() -> AsyncIterator[AsyncSession]:
@@ -310,6 +307,14 @@ class Delivery:
         except AlreadyRecordedError:
             return await self._processed_outbox(tenant, msg_id) or [], True
         return ctx.outbox, False
+
+    def _context(
+        self, msg: Msg, tenant: str, session: AsyncSession | None, msg_id: str, attempt: int
+    ) -> HandlerContext:
+        async def heartbeat() -> None:  # a lost connection is not the handler's failure
+            await _quietly(msg.in_progress())
+
+        return HandlerContext(tenant, session, msg.subject, msg_id, attempt, heartbeat, self.store)
 
     async def _mark_processed(
         self, session: AsyncSession, tenant: str, subject: str, msg_id: str
