@@ -174,7 +174,7 @@ class EvaluatorHandlers:
             "environments": {},
         }
         # the synthesize service also consumes capabilities.identified and may have settled
-        # some before this handler ran: apply them now, in the order they came
+        # some before this handler ran: apply them now (their order does not change the outcome)
         for capability, (environment, why) in early.items():
             if cycle.state != c.SYNTHESIZING:
                 break
