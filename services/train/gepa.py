@@ -270,6 +270,11 @@ class GEPA:
     async def _episodes(self, prompt: str, tasks: Sequence[TaskSpec]) -> list[EpisodeResult]:
         async def one(task: TaskSpec) -> EpisodeResult:
             async with self._gate:
+                # spent once it starts: an episode cut off in flight may have cost the
+                # endpoint its work, and counting it keeps the budget on the safe side
+                self.used += 1
+                if self._checkpoint is not None:
+                    self._checkpoint.note_spent(self.used)
                 return await run_episode(
                     self.client,
                     self.s.agent_model,
@@ -281,9 +286,6 @@ class GEPA:
                     max_turns=self.s.max_turns,
                 )
 
-        self.used += len(tasks)
-        if self._checkpoint is not None:
-            self._checkpoint.note_spent(self.used)
         runs = list(await asyncio.gather(*(one(t) for t in tasks)))
         broken = [r.error for r in runs if r.model_error]
         if broken:
