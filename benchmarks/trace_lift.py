@@ -122,8 +122,9 @@ async def _collect(cycle_id: uuid.UUID) -> dict[str, Any]:
         state, reason = cycle.state, cycle.reason
         outcomes = {
             name: await _outcomes(session, uuid.UUID(request))
-            for name, request in ((cycle.data or {}).get("evaluations") or {}).items()
-            if not name.startswith("route:")
+            for name, request in (
+                ((cycle.data or {}).get("evaluation") or {}).get("requests") or {}
+            ).items()
         }
     if "base" in outcomes:  # the routed set plays, per task, what the router chose there
         decisions = report.get("routing") or {}

@@ -29,5 +29,13 @@ class EvaluatorConfig(ServiceConfig, kw_only=True, frozen=True):
     """After firing, the rate must fall below this before the monitor can fire again."""
     monitor_cooldown_s: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
     cycle_stall_s: Annotated[float, msgspec.Meta(ge=60)] = 86_400.0
-    """An active cycle that has not changed state for this long is failed (checked with the
-    monitor's passes)."""
+    """An active cycle that has not changed for this long is failed (the default of every
+    stage; `services/evaluator/stall.py`)."""
+    stage_stall_s: dict[
+        Literal["diagnosing", "synthesizing", "training", "evaluating"],
+        Annotated[float, msgspec.Meta(ge=60)],
+    ] = msgspec.field(default_factory=dict)
+    """Per-stage limits over `cycle_stall_s`, e.g.
+    `RETRACE_EVALUATOR_STAGE_STALL_S='{"diagnosing": 7200}'`."""
+    stall_check_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    """How often the stall watch looks."""

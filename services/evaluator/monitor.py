@@ -16,15 +16,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 import msgspec
 from sqlalchemy import select
 
-from services.evaluator import cycle as c
+from services.evaluator import machine
 from shared.bus import NatsBus
 from shared.logging import get_logger
-from shared.messages import CycleCompleted, CycleRequested
+from shared.messages import CycleRequested
 from shared.store import Store
 from shared.store.models import Agent, Cycle, Tenant, Trajectory
 
@@ -117,7 +116,7 @@ async def tick(store: Store, bus: NatsBus, cfg: MonitorConfig, now: float | None
                 busy = (
                     await session.scalar(
                         select(Cycle.id).where(
-                            Cycle.agent_id == agent.id, Cycle.state.in_(c.ACTIVE)
+                            Cycle.agent_id == agent.id, Cycle.state.in_(machine.ACTIVE)
                         )
                     )
                     is not None
@@ -146,36 +145,3 @@ async def tick(store: Store, bus: NatsBus, cfg: MonitorConfig, now: float | None
                         "monitor": msgspec.to_builtins(result.state),
                     }
     return fired
-
-
-async def expire_stalled(store: Store, bus: NatsBus, stall_s: float) -> int:
-    """Fail active cycles that have not moved for `stall_s` seconds (a stage whose message
-    was dead-lettered, a worker pool that is gone), saying where they stopped; returns how
-    many. The agent can then start a new cycle."""
-    cutoff = datetime.now(UTC) - timedelta(seconds=stall_s)
-    async with store.cross_tenant() as session:
-        tenants = list(await session.scalars(select(Tenant.id)))
-    expired = 0
-    for tenant in tenants:
-        async with store.tenant(tenant) as session:
-            stalled = list(
-                await session.scalars(
-                    select(Cycle).where(Cycle.state.in_(c.ACTIVE), Cycle.updated_at < cutoff)
-                )
-            )
-            for cycle in stalled:
-                why = (
-                    f"stalled in {cycle.state} for more than {stall_s:.0f}s "
-                    "(see `retrace status` for dead letters)"
-                )
-                cycle.state = c.FAILED
-                cycle.error = why
-                cycle.reason = why
-                await bus.publish(
-                    tenant,
-                    CycleCompleted(cycle_id=cycle.id, outcome="failed", reason=why),
-                    msg_id=f"stalled/{cycle.id}",
-                )
-                expired += 1
-                log.warning("cycle stalled: failed", cycle=str(cycle.id), why=why)
-    return expired

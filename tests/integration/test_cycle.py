@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from services.evaluator.config import EvaluatorConfig
 from services.evaluator.handlers import EvaluatorHandlers
+from services.evaluator.state import load
 from shared.bus import NatsBus
 from shared.config import ServiceConfig
 from shared.envs.registry import get_environment
@@ -532,9 +533,11 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
         await asyncio.sleep(0.5)
         row = await cycle()
         assert row is not None and row.state == "synthesizing"  # waiting for the stand-in
-        assert row.data["capabilities"] == [str(hard), str(easy)]
-        assert row.data["reserves"] == [str(spare)]
-        assert row.data["synthesis_failures"] == {str(hard): "too hard"}
+        synthesis = load(row).synthesis
+        assert synthesis is not None
+        assert synthesis.capabilities == [str(hard), str(easy)]
+        assert synthesis.reserves == [str(spare)]
+        assert synthesis.failures() == {str(hard): "too hard"}
         await send(EnvironmentReady(environment_id=env_id, capability_id=easy, cycle_id=cycle_id))
         await eventually(lambda: _state_is(cycle, "training"), within=30)
         async with store.tenant("acme") as session:
@@ -594,7 +597,8 @@ async def test_synthesis_outcomes_that_arrive_before_the_capabilities_are_applie
 
         async def kept() -> bool:
             row = await cycle()
-            return row is not None and len(row.data.get("early_settlements", {})) == 2
+            diagnosis = load(row).diagnosis if row is not None else None
+            return diagnosis is not None and len(diagnosis.early) == 2
 
         await eventually(kept, within=30)
         await send(
@@ -604,8 +608,10 @@ async def test_synthesis_outcomes_that_arrive_before_the_capabilities_are_applie
         )
         await eventually(lambda: _state_is(cycle, "training"), within=30)
         row = await cycle()
-        assert row is not None and row.data["synthesis_failures"] == {str(hard): "too hard"}
-        assert "early_settlements" not in row.data
+        assert row is not None
+        data = load(row)
+        assert data.synthesis is not None and data.synthesis.failures() == {str(hard): "too hard"}
+        assert data.diagnosis is not None and data.diagnosis.early == {}
         async with store.tenant("acme") as session:
             [job] = list(await session.scalars(select(TrainingJob)))
         assert job.capability_id == easy and job.environment_id == env_id

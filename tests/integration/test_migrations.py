@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from services.evaluator.state import load
+from shared.config import DatabaseConfig
+from shared.store import Store
+from shared.store.agents import create_agent
 from shared.store.engine import async_url
-from shared.store.migrate import downgrade_async, upgrade_async
-from shared.store.models import Base
+from shared.store.migrate import alembic_config, downgrade_async, upgrade_async
+from shared.store.models import Base, Cycle
+from shared.store.tenants import create_tenant
 
 TABLES = {
     "tenants",
@@ -96,4 +103,53 @@ async def test_concurrent_upgrades_do_not_collide(database_url: str, schema: str
     async with engine.connect() as conn:
         version = await conn.scalar(text(f'SELECT version_num FROM "{schema}".alembic_version'))
     await engine.dispose()
-    assert version == "0003"
+    assert version == ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+
+
+async def test_0004_moves_a_flat_cycle_s_data_by_stage_and_back(
+    database_url: str, schema: str
+) -> None:
+    """A cycle written before 0004 (one flat bag, `route:` prefixes) reads as typed data
+    after it, and the downgrade gives the flat bag back."""
+    await upgrade_async(database_url, schema, "0003")
+    store = Store.connect(DatabaseConfig(schema=schema, pool_size=2), database_url)
+    try:
+        async with store.cross_tenant() as session:
+            await create_tenant(session, "acme")
+        job, adapter, base, route = (str(uuid.uuid4()) for _ in range(4))
+        flat = {
+            "settings": {"seed": 3},
+            "diagnosis": str(uuid.uuid4()),
+            "jobs": {job: adapter},
+            "baseline_jobs": {},
+            "training_failures": {},
+            "evaluations": {"base": base, "route:base": route},
+            "evaluated": ["base"],
+            "adapters": [adapter],
+            "production": [],
+        }
+        async with store.tenant("acme") as session:
+            agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+            row = Cycle(agent_id=agent.id, state="evaluating", data=flat)
+            session.add(row)
+            await session.flush()
+            cycle_id = row.id
+
+        async def stored() -> Cycle:
+            async with store.tenant("acme") as session:
+                found = await session.get(Cycle, cycle_id)
+                assert found is not None
+                return found
+
+        await upgrade_async(database_url, schema)
+        data = load(await stored())
+        assert data.settings.seed == 3
+        assert data.training is not None and data.training.jobs == {job: adapter}
+        assert data.evaluation is not None
+        assert data.evaluation.requests == {"base": base}
+        assert data.evaluation.route_requests == {"base": route}
+        assert data.evaluation.done == [base] and not data.evaluation.complete()
+        await downgrade_async(database_url, schema, "0003")
+        assert (await stored()).data == flat
+    finally:
+        await store.close()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select, text, update
 
-from services.evaluator.monitor import MonitorConfig, expire_stalled, tick
+from services.evaluator.monitor import MonitorConfig, tick
+from services.evaluator.stall import expire_stalled, limits
 from shared.bus import NatsBus
 from shared.config import NatsConfig
 from shared.messages import CycleCompleted, CycleRequested
@@ -63,14 +64,24 @@ async def test_a_stalled_cycle_is_failed_saying_where(store: Store, nats_cfg: Na
             .where(Cycle.id == old.id)
             .values(updated_at=func.now() - text("interval '2 hours'"))
         )
+        slow = await create_agent(session, "slow", model="smollm2", environment="toolbox")
+        patient = Cycle(agent_id=slow.id, state="diagnosing")  # as old, under a longer limit
+        session.add(patient)
+        await session.flush()
+        await session.execute(
+            update(Cycle)
+            .where(Cycle.id == patient.id)
+            .values(updated_at=func.now() - text("interval '2 hours'"))
+        )
         other = await create_agent(session, "fresh", model="smollm2", environment="toolbox")
         session.add(Cycle(agent_id=other.id, state="training"))
         old_id = old.id
     bus = await NatsBus.connect(nats_cfg.url or "", nats_cfg)
     await bus.ensure_streams()
+    stall_s = limits(3600, {"diagnosing": 3 * 3600})
     try:
-        assert await expire_stalled(store, bus, stall_s=3600) == 1
-        assert await expire_stalled(store, bus, stall_s=3600) == 0
+        assert await expire_stalled(store, bus, stall_s) == 1
+        assert await expire_stalled(store, bus, stall_s) == 0
         [done] = await emitted(bus, f"{nats_cfg.stream_prefix}_EVENTS", CycleCompleted)
     finally:
         await bus.close()
@@ -78,5 +89,5 @@ async def test_a_stalled_cycle_is_failed_saying_where(store: Store, nats_cfg: Na
     async with store.tenant("acme") as session:
         states = {c.id: c.state for c in await session.scalars(select(Cycle))}
         row = await session.get(Cycle, old_id)
-    assert sorted(states.values()) == ["failed", "training"]
+    assert sorted(states.values()) == ["diagnosing", "failed", "training"]
     assert row is not None and "stalled in training" in (row.error or "")

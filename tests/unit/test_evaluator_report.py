@@ -60,7 +60,7 @@ def test_oracle_takes_the_best_configuration_per_task() -> None:
 
 
 def test_router_examples_name_the_configuration_that_won_each_train_task() -> None:
-    from services.evaluator.handlers import learn_examples
+    from services.evaluator.routed import learn_examples
 
     route = {
         "base": {"t1": [(False, 0.2)], "t2": [(True, 1.0)], "t3": [(False, 0.0)]},

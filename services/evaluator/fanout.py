@@ -1,0 +1,111 @@
+"""The evaluation fan-out: one rollout request per configuration on the same test tasks and
+seeds (so outcomes pair up task by task and trial by trial), and, for a learned router, one
+per new configuration on train tasks."""
+
+from __future__ import annotations
+
+import uuid
+
+from services.evaluator.state import BASE, Evaluation, adapter_config
+from shared.bus.delivery import HandlerContext
+from shared.envs.protocol import Split
+from shared.envs.registry import get_environment
+from shared.envs.selection import pick_tasks
+from shared.messages import CycleSettings, RolloutRequested, Sampling
+from shared.store.models import Adapter, Agent, Cycle
+
+Configuration = tuple[str | None, str | None]
+"""What one configuration plays: (adapter name or None for the base model, system prompt
+override or None)."""
+
+
+def request_evaluations(
+    ctx: HandlerContext,
+    cycle: Cycle,
+    agent: Agent,
+    settings: CycleSettings,
+    adapters: list[Adapter],
+    production: list[Adapter],
+    extra: dict[str, Configuration],
+) -> Evaluation:
+    """Ask for the base model, each new adapter, the production adapters and `extra`
+    configurations (the baselines) on the test split."""
+    env = get_environment(agent.environment)
+    tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
+    configs: dict[str, Configuration] = {BASE: (None, None)}
+    configs.update({adapter_config(a.name): (a.name, None) for a in [*adapters, *production]})
+    configs.update(extra)
+    test = [t.id for t in tasks]
+    requests = {
+        name: _request(
+            ctx,
+            cycle,
+            agent,
+            settings,
+            "test",
+            test,
+            settings.eval_trials,
+            config,
+            key=f"eval-{name}",
+        )
+        for name, config in configs.items()
+    }
+    route_requests: dict[str, str] = {}
+    if settings.route_tasks > 0 and adapters:
+        train = pick_tasks([t for t in env.tasks() if t.split == "train"], settings.route_tasks)
+        for name, adapter in [(BASE, None), *[(adapter_config(a.name), a.name) for a in adapters]]:
+            route_requests[name] = _request(
+                ctx,
+                cycle,
+                agent,
+                settings,
+                "train",
+                [t.id for t in train],
+                1,
+                (adapter, None),
+                key=f"route-{name}",
+            )
+    return Evaluation(
+        requests=requests,
+        route_requests=route_requests,
+        adapters=[str(a.id) for a in adapters],
+        production=[str(a.id) for a in production],
+    )
+
+
+def _request(
+    ctx: HandlerContext,
+    cycle: Cycle,
+    agent: Agent,
+    settings: CycleSettings,
+    split: Split,
+    task_ids: list[str],
+    trials: int,
+    config: Configuration,
+    *,
+    key: str,
+) -> str:
+    """One rollout request with the cycle's sampling and seed; its request id."""
+    adapter, system_prompt = config
+    request_id = uuid.uuid4()
+    ctx.emit(
+        RolloutRequested(
+            request_id=request_id,
+            agent_id=agent.id,
+            environment=agent.environment,
+            split=split,
+            task_ids=task_ids,
+            trials=trials,
+            sampling=Sampling(
+                temperature=settings.temperature,
+                max_tokens=settings.max_tokens,
+                seed=settings.seed,
+            ),
+            adapter=adapter,
+            cycle_id=cycle.id,
+            purpose="evaluate",
+            system_prompt=system_prompt,
+        ),
+        key=key,
+    )
+    return str(request_id)

@@ -1,0 +1,191 @@
+"""The cycle's verdict: score every configuration on the test split, simulate the routed set,
+compare it with the incumbent (production adapters, or the base model), write the report and
+the `evaluations` rows, and promote the routed set only when it is significantly better.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from sqlalchemy import select
+
+from services.evaluator.report import Verdict, compare, config_stats, oracle, verdict
+from services.evaluator.routed import Outcomes, learn_examples, route
+from services.evaluator.state import (
+    BASE,
+    JOB_FAILED,
+    PRODUCTION,
+    PROMPT,
+    ROUTED,
+    CycleData,
+    adapter_config,
+    baseline_config,
+)
+from shared import embeddings
+from shared.bus.delivery import HandlerContext
+from shared.routing.modes import LearnedRouting, RoutingMode
+from shared.routing.profiles import first_user_text, profiles
+from shared.store.models import Adapter, Agent, Cycle, Task, TrainingJob, Trajectory
+from shared.store.models import Evaluation as EvaluationRow
+
+
+@dataclass(frozen=True)
+class Decided:
+    verdict: Verdict
+    report: dict[str, Any]
+
+
+async def decide(
+    ctx: HandlerContext,
+    cycle: Cycle,
+    agent: Agent,
+    data: CycleData,
+    mode: RoutingMode,
+    learned: bool,
+    min_confidence: float,
+) -> Decided:
+    """Read every configuration's outcomes, judge the routed set, record the `evaluations`
+    rows and, when it is promoted, make its adapters the agent's production set. `learned`:
+    fit the router on the cycle's train-task rollouts when it has them."""
+    evaluation = data.evaluation
+    assert evaluation is not None
+    settings = data.settings
+    outcomes: dict[str, Outcomes] = {}
+    openings: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    for name, request_id in evaluation.requests.items():
+        outcomes[name] = await _outcomes(ctx, uuid.UUID(request_id), openings, kinds)
+    route_openings: dict[str, str] = {}
+    route_outcomes = {
+        name: await _outcomes(ctx, uuid.UUID(request_id), route_openings, {})
+        for name, request_id in evaluation.route_requests.items()
+    }
+    new = await profiles(ctx.session, _ids(evaluation.adapters), examples=32)
+    old = await profiles(ctx.session, _ids(evaluation.production), examples=32)
+    examples = learn_examples(route_outcomes, route_openings)
+    chosen = mode
+    if learned and examples and embeddings.available():
+        chosen = LearnedRouting(embeddings.default_embedder(), examples, min_confidence)
+    routed, decisions = await route(outcomes, openings, new, chosen)
+    outcomes[ROUTED] = routed
+    incumbent = BASE
+    if old:
+        outcomes[PRODUCTION], _ = await route(outcomes, openings, old, mode)
+        incumbent = PRODUCTION
+    stats = {name: config_stats(name, o, kinds) for name, o in outcomes.items()}
+    comparison = compare(ROUTED, routed, incumbent, outcomes[incumbent], seed=settings.seed)
+    ceiling = oracle({k: v for k, v in outcomes.items() if k == BASE or k.startswith("adapter:")})
+    versus = {
+        name: msgspec.to_builtins(compare(ROUTED, routed, name, outcomes[name], seed=settings.seed))
+        for name in outcomes
+        if name.startswith("baseline:")
+    }
+    judged = verdict(comparison, settings.alpha)
+    if data.untrained:
+        judged = Verdict(promote=False, reason=f"nothing to promote: {data.untrained}")
+    for name, s in stats.items():
+        ctx.session.add(
+            EvaluationRow(
+                cycle_id=cycle.id,
+                agent_id=agent.id,
+                configuration=name,
+                results=[
+                    {
+                        "task": task,
+                        "trials": len(trials),
+                        "successes": sum(ok for ok, _ in trials),
+                        "mean_reward": sum(r for _, r in trials) / len(trials),
+                    }
+                    for task, trials in sorted(outcomes[name].items())
+                ],
+                summary=msgspec.to_builtins(s),
+            )
+        )
+    report = {
+        "rollouts_spent": await _spent(ctx, cycle, data, list(stats)),
+        "configs": {k: msgspec.to_builtins(v) for k, v in stats.items()},
+        "comparison": msgspec.to_builtins(comparison),
+        "oracle": ceiling,
+        "routing": decisions,
+        "verdict": msgspec.to_builtins(judged),
+        "incumbent": incumbent,
+        "baselines": versus,
+        "routing_mode": chosen.name,
+        "untrained": data.untrained,
+        "router_examples": [{"text": e.text, "adapter": e.adapter} for e in examples],
+    }
+    if judged.promote:
+        agent.production_adapters = list(evaluation.adapters)
+        agent.config = {**(agent.config or {}), "router": {"examples": report["router_examples"]}}
+    return Decided(judged, report)
+
+
+async def _spent(
+    ctx: HandlerContext, cycle: Cycle, data: CycleData, names: list[str]
+) -> dict[str, int]:
+    """Training rollouts behind each configuration (base 0; the routed set: all its
+    adapters'; a baseline: its own, the same budget by construction)."""
+    outcomes = data.training.jobs if data.training else {}
+    per_config: dict[str, int] = {}
+    for job in await ctx.session.scalars(
+        select(TrainingJob).where(TrainingJob.cycle_id == cycle.id)
+    ):
+        rollouts = int((job.config.get("progress") or {}).get("rollouts", 0))
+        if job.config.get("kind") == "gepa":
+            per_config[baseline_config("gepa")] = rollouts
+            continue
+        produced = outcomes.get(str(job.id)) or job.adapter_id
+        if produced in (None, JOB_FAILED, PROMPT):
+            continue
+        adapter = await ctx.session.get(Adapter, uuid.UUID(str(produced)))
+        if adapter is None:
+            continue
+        curve = adapter.training_curve or []
+        used = int(curve[-1]["rollouts"]) if curve else rollouts
+        if job.capability_id is None:
+            per_config[baseline_config("grpo_target")] = used
+        else:
+            per_config[adapter_config(adapter.name)] = used
+    spent = {}
+    for name in names:
+        if name == ROUTED:
+            spent[name] = sum(v for k, v in per_config.items() if k.startswith("adapter:"))
+        else:
+            spent[name] = per_config.get(name, 0)
+    return spent
+
+
+async def _outcomes(
+    ctx: HandlerContext,
+    request_id: uuid.UUID,
+    openings: dict[str, str],
+    kinds: dict[str, str],
+) -> Outcomes:
+    """One rollout request's outcomes per task; fills each task's opening request and kind."""
+    rows = await ctx.session.execute(
+        select(
+            Task.external_id,
+            Task.kind,
+            Trajectory.trial,
+            Trajectory.success,
+            Trajectory.reward,
+            Trajectory.messages,
+        )
+        .join(Task, Task.id == Trajectory.task_id)
+        .where(Trajectory.request_id == request_id)
+        .order_by(Task.external_id, Trajectory.trial)
+    )
+    out: dict[str, list[tuple[bool, float]]] = defaultdict(list)
+    for task, kind, _, success, reward, messages in rows:
+        out[task].append((bool(success), float(reward or 0.0)))
+        kinds[task] = kind
+        openings.setdefault(task, first_user_text(messages))
+    return dict(out)
+
+
+def _ids(values: list[str]) -> list[uuid.UUID]:
+    return [uuid.UUID(v) for v in values]
