@@ -7,6 +7,7 @@
     │   ├── UnscopedQueryError a query on tenant-owned rows without a tenant scope
     │   └── CrossTenantError   a write that would touch another tenant's rows
     ├── RetryableError         transient: the message is redelivered with backoff
+    ├── Cancelled              a person cancelled the work (`retrace cancel`): acked, dropped
     └── EmbeddedServerError    an embedded NATS or Postgres would not start
 
 Handlers raise PermanentError for bad input and let transient failures (timeouts, lost
@@ -43,6 +44,11 @@ class CrossTenantError(PermanentError):
 
 class RetryableError(RetraceError):
     """A transient failure; the same input may succeed later."""
+
+
+class Cancelled(RetraceError):
+    """The work was cancelled (`retrace cancel`, or its cycle ended): the handler stops, the
+    message is acknowledged and nothing is retried or dead-lettered."""
 
 
 class EmbeddedServerError(RetraceError):

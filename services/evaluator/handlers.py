@@ -19,11 +19,9 @@ import uuid
 
 from sqlalchemy import select
 
-from services.evaluator import machine
 from services.evaluator.config import EvaluatorConfig
 from services.evaluator.fanout import Configuration, request_evaluations
 from services.evaluator.jobs import queue_stage
-from services.evaluator.machine import State
 from services.evaluator.promotion import decide
 from services.evaluator.state import (
     JOB_FAILED,
@@ -36,8 +34,10 @@ from services.evaluator.state import (
     load,
     save,
 )
+from shared import cycle as machine
 from shared import embeddings
 from shared.bus.delivery import Handler, HandlerContext
+from shared.cycle import State
 from shared.envs.registry import get_environment
 from shared.envs.selection import pick_tasks
 from shared.logging import get_logger

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 from sqlalchemy import select
 
-from services.evaluator import machine
+from shared import cycle as machine
 from shared.bus import NatsBus
 from shared.logging import get_logger
 from shared.messages import CycleRequested

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import and_, or_, select
 
-from services.evaluator import machine
-from services.evaluator.machine import State
+from shared import cycle as machine
 from shared.bus import NatsBus
+from shared.cycle import State
 from shared.logging import get_logger
 from shared.messages import CycleCompleted
 from shared.store import Store

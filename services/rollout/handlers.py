@@ -13,13 +13,14 @@ from services.rollout.tasks import import_tasks, select_tasks
 from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import load_environment, parse_ref
-from shared.envs.protocol import TaskSpec
+from shared.envs.protocol import Environment, TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
-from shared.errors import PermanentError, RetryableError
+from shared.errors import Cancelled, PermanentError, RetryableError
 from shared.llm.adapters import Served, artifact_of
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import Contract, RolloutCompleted, RolloutRequested, Sampling
+from shared.progress import Tracker
 from shared.store.models import Agent, Trajectory
 
 log = get_logger(__name__)
@@ -69,6 +70,51 @@ class RolloutHandlers:
             episodes=len(tasks) * msg.trials,
             already_stored=len(tasks) * msg.trials - len(todo),
         )
+        total = len(tasks) * msg.trials
+        async with Tracker(
+            ctx.store,
+            ctx.tenant,
+            msg.request_id,
+            kind="rollout",
+            total=total,
+            label=f"{msg.purpose} {msg.environment}" + (f" ({msg.adapter})" if msg.adapter else ""),
+            cycle_id=msg.cycle_id,
+        ) as work:
+            await work.start(total - len(todo))
+            await self._play(msg, ctx, agent, env, model, artifact, env_id, task_rows, todo, work)
+        count, successes, mean = await self._summary(ctx, msg.request_id)
+        ctx.emit(
+            RolloutCompleted(
+                request_id=msg.request_id,
+                agent_id=msg.agent_id,
+                trajectories=count,
+                successes=successes,
+                mean_reward=mean,
+                cycle_id=msg.cycle_id,
+                purpose=msg.purpose,
+            )
+        )
+        log.info(
+            "rollout completed",
+            request=str(msg.request_id),
+            trajectories=count,
+            successes=successes,
+        )
+
+    async def _play(
+        self,
+        msg: RolloutRequested,
+        ctx: HandlerContext,
+        agent: Agent,
+        env: Environment,
+        model: str,
+        artifact: str | None,
+        env_id: uuid.UUID,
+        task_rows: dict[str, uuid.UUID],
+        todo: list[tuple[TaskSpec, int]],
+        work: Tracker,
+    ) -> None:
+        """Play and store the episodes in `todo`, counting each on `work`."""
         await self.served.wait_until_up(self.cfg.endpoint_wait_s, ctx.heartbeat)
         await self.served.ensure(model, artifact)
         gate = asyncio.Semaphore(self.cfg.episodes_at_once)
@@ -94,33 +140,18 @@ class RolloutHandlers:
                 # and the resume would never retry it. Fail the request; it is redelivered.
                 raise RetryableError(f"{task.id} trial {trial}: {result.error}")
             await self._store(ctx, msg, agent.id, env_id, task_rows[task.id], trial, model, result)
+            await work.advance()
 
-        # A TaskGroup cancels the remaining episodes when one fails, so a retried request never
-        # races the leftovers of its previous delivery.
+        # A TaskGroup cancels the remaining episodes when one fails (or the work is cancelled),
+        # so a retried request never races the leftovers of its previous delivery.
         try:
             async with asyncio.TaskGroup() as group:
                 for t, trial in todo:
                     group.create_task(one(t, trial))
+        except* Cancelled as cancelled:
+            raise cancelled.exceptions[0] from None
         except* RetryableError as errors:
             raise errors.exceptions[0] from None
-        count, successes, mean = await self._summary(ctx, msg.request_id)
-        ctx.emit(
-            RolloutCompleted(
-                request_id=msg.request_id,
-                agent_id=msg.agent_id,
-                trajectories=count,
-                successes=successes,
-                mean_reward=mean,
-                cycle_id=msg.cycle_id,
-                purpose=msg.purpose,
-            )
-        )
-        log.info(
-            "rollout completed",
-            request=str(msg.request_id),
-            trajectories=count,
-            successes=successes,
-        )
 
     async def _stored(
         self, ctx: HandlerContext, request_id: uuid.UUID

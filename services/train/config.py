@@ -58,6 +58,9 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     """Jobs one worker trains at once (unset: the consumer's concurrency). Each job holds
     its own copy of the model with its activations: on a CPU box three Qwen jobs at once
     reached 13 GB and were killed for memory."""
+    cancel_poll_s: Annotated[float, msgspec.Meta(gt=0)] = 2.0
+    """How often a running job looks whether it was cancelled (`retrace cancel`); it then
+    stops at its next step (GRPO: the last step stays checkpointed) or episode (GEPA)."""
     lease_s: Annotated[float, msgspec.Meta(ge=5)] = 120.0
     """A running job's claim lasts this long without a renewal (renewed every third of it);
     another delivery of the job while the claim lives is dropped as a duplicate."""

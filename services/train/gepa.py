@@ -27,7 +27,7 @@ import pickle
 import random
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,7 +39,7 @@ from gepa.core.state import GEPAState
 
 from shared.envs.protocol import Environment, Message, TaskSpec
 from shared.envs.runner import EpisodeResult, run_episode
-from shared.errors import RetryableError
+from shared.errors import Cancelled, RetryableError
 from shared.llm.client import LLMClient
 from shared.llm.openai_types import ChatRequest
 from shared.logging import get_logger
@@ -256,10 +256,18 @@ class EpisodeAdapter:
 
 
 class GEPA:
-    def __init__(self, client: LLMClient, env: Environment, settings: GEPASettings) -> None:
+    def __init__(
+        self,
+        client: LLMClient,
+        env: Environment,
+        settings: GEPASettings,
+        on_spent: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        """`on_spent(n)`: called as episodes finish (progress; may raise to stop the search)."""
         self.client = client
         self.env = env
         self.s = settings
+        self.on_spent = on_spent
         self.used = 0
         self._gate = asyncio.Semaphore(settings.concurrency)
         self._reflections = 0
@@ -275,7 +283,7 @@ class GEPA:
                 self.used += 1
                 if self._checkpoint is not None:
                     self._checkpoint.note_spent(self.used)
-                return await run_episode(
+                result = await run_episode(
                     self.client,
                     self.s.agent_model,
                     self.env,
@@ -285,6 +293,10 @@ class GEPA:
                     sampling=self.s.sampling,
                     max_turns=self.s.max_turns,
                 )
+            if self.on_spent is not None:
+                with contextlib.suppress(Cancelled):  # the job's cancel watch stops the search
+                    await self.on_spent(1)
+            return result
 
         runs = list(await asyncio.gather(*(one(t) for t in tasks)))
         broken = [r.error for r in runs if r.model_error]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import socket
 import threading
@@ -40,7 +41,7 @@ from services.train.trainer import Budget, Checkpoints, Progress, train
 from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.loading import load_environment, row_ref
 from shared.envs.protocol import Environment as EnvProtocol
-from shared.errors import ConfigError, PermanentError, RetryableError
+from shared.errors import Cancelled, ConfigError, PermanentError, RetryableError
 from shared.llm.client import LLMClient, LLMError
 from shared.logging import get_logger
 from shared.messages import (
@@ -51,6 +52,7 @@ from shared.messages import (
     TrainingFailed,
     TrainRequested,
 )
+from shared.progress import Tracker
 from shared.serving.model_files import resolve_model
 from shared.store.models import Adapter, Agent, Capability, Environment, TrainingJob
 
@@ -109,7 +111,7 @@ class TrainHandlers:
             job = await session.get(TrainingJob, msg.job_id)
             if job is None:
                 raise PermanentError(f"training job {msg.job_id} does not exist")
-            if job.status in ("done", "failed"):
+            if job.status in ("done", "failed", "cancelled"):
                 log.info("training job already finished", job=str(job.id), status=job.status)
                 return
             try:
@@ -130,16 +132,38 @@ class TrainHandlers:
             log.info("training job not taken", job=str(job.id), reason=claim)
             return
         stop = threading.Event()
+        gepa = job.config.get("kind") == "gepa"
+        tracker = Tracker(
+            ctx.store,
+            ctx.tenant,
+            job.id,
+            kind="prompt" if gepa else "training",
+            total=budget.rollouts if gepa else budget.steps(settings),
+            unit="episodes" if gepa else "steps",
+            label=(
+                f"{capability.name}" if capability else f"baseline {'gepa' if gepa else 'grpo'}"
+            ),
+            cycle_id=job.cycle_id,
+        )
         lease = asyncio.create_task(self._renew(ctx, job.id, stop, token))
         try:
-            if job.config.get("kind") == "gepa":
-                await self._guarded(
-                    self._optimise_prompt(ctx, job, env, agent, budget.rollouts, checkpoint, token),
-                    lease,
+            async with tracker:
+                done = (
+                    SearchCheckpoint(checkpoint).spent()
+                    if gepa
+                    else int((job.config.get("progress") or {}).get("step", 0))
                 )
-            else:
-                await self._guarded(
-                    self._grpo(
+                try:
+                    await tracker.start(done)
+                except Cancelled as exc:
+                    await self._cancelled(ctx, job.id, job.cycle_id, str(exc), token, tracker)
+                    return
+                if gepa:
+                    work = self._optimise_prompt(
+                        ctx, job, env, agent, budget.rollouts, checkpoint, token, tracker
+                    )
+                else:
+                    work = self._grpo(
                         ctx,
                         job,
                         env_row,
@@ -151,29 +175,58 @@ class TrainHandlers:
                         checkpoint,
                         stop,
                         token,
-                    ),
-                    lease,
-                )
+                        tracker,
+                    )
+                if not await self._guarded(work, lease, tracker):
+                    await self._cancelled(
+                        ctx, job.id, job.cycle_id, "cancelled (retrace cancel)", token, tracker
+                    )
         finally:
             lease.cancel()
             await asyncio.gather(lease, return_exceptions=True)
 
-    async def _guarded(self, work: Coroutine[Any, Any, None], lease: asyncio.Task[None]) -> None:
-        """Run `work` while the lease holds. A lease that could not be renewed (the store
-        unreachable for a whole lease) ends `lease` with `LeaseLostError`: the work is stopped
-        and the job handed back, before another worker may take it over."""
+    async def _guarded(
+        self, work: Coroutine[Any, Any, None], lease: asyncio.Task[None], tracker: Tracker
+    ) -> bool:
+        """Run `work` while the lease holds and nobody cancels the job; False when it was
+        cancelled (the work stopped where it was, its last step checkpointed). A lease that
+        could not be renewed (the store unreachable for a whole lease) ends `lease` with
+        `LeaseLostError`: the work is stopped and the job handed back, before another worker
+        may take it over."""
         task = asyncio.ensure_future(work)
+        watch = asyncio.create_task(tracker.watch(self.cfg.cancel_poll_s))
         try:
-            await asyncio.wait([task, lease], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([task, lease, watch], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             raise
+        finally:
+            if not watch.done():
+                watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         if not task.done():
-            task.cancel()  # the lease ended first: it was lost
+            task.cancel()  # the lease was lost, or the job cancelled
             await asyncio.gather(task, return_exceptions=True)
-            lease.result()  # raises LeaseLostError
+            if lease.done():
+                lease.result()  # raises LeaseLostError
+            return False
         await task
+        return True
+
+    async def _cancelled(
+        self,
+        ctx: HandlerContext,
+        job_id: uuid.UUID,
+        cycle_id: uuid.UUID | None,
+        why: str,
+        token: str,
+        tracker: Tracker,
+    ) -> None:
+        """The job was cancelled: it ends failed, saying so, and its cycle (if it still runs)
+        goes on without it."""
+        await self._failed(ctx, job_id, cycle_id, why, token, status="cancelled")
+        await tracker.finish("cancelled")
 
     async def _grpo(
         self,
@@ -188,6 +241,7 @@ class TrainHandlers:
         checkpoint: Path,
         stop: threading.Event,
         token: str,
+        tracker: Tracker,
     ) -> None:
         loop = asyncio.get_running_loop()
         writes: list[concurrent.futures.Future[None]] = []
@@ -196,7 +250,9 @@ class TrainHandlers:
             last = progress.curve[-1]
             log.info("train step", job=str(job.id), **last)
             writes.append(
-                asyncio.run_coroutine_threadsafe(self._progress(ctx, job.id, progress), loop)
+                asyncio.run_coroutine_threadsafe(
+                    self._progress(ctx, job.id, progress, tracker), loop
+                )
             )
 
         try:
@@ -281,6 +337,7 @@ class TrainHandlers:
         budget: int,
         checkpoint: Path,
         token: str,
+        tracker: Tracker,
     ) -> None:
         """The GEPA baseline: optimise the agent's system prompt within the rollout budget
         (through the inference endpoint, like rollouts); the prompt goes into the job. The
@@ -309,7 +366,7 @@ class TrainHandlers:
             return
         started = time.perf_counter()
         try:
-            result = await GEPA(self.client, env, settings).optimise(
+            result = await GEPA(self.client, env, settings, on_spent=tracker.advance).optimise(
                 tasks, agent.system_prompt, SearchCheckpoint(checkpoint)
             )
         except UnreadableCheckpointError as exc:  # starting over would pay twice
@@ -354,10 +411,11 @@ class TrainHandlers:
         cycle_id: uuid.UUID | None,
         why: str,
         token: str | None = None,
+        status: str = "failed",
     ) -> None:
         async with ctx.record() as session:
             job = await _job(session, job_id, token)
-            job.status = "failed"
+            job.status = status
             job.error = why
             ctx.emit(TrainingFailed(job_id=job_id, reason=why, cycle_id=cycle_id))
         log.error("training job failed", job=str(job_id), reason=why)
@@ -442,7 +500,7 @@ class TrainHandlers:
         stops, and can no longer record a result)."""
         async with ctx.store.tenant(ctx.tenant) as session:
             job = await session.get(TrainingJob, job_id, with_for_update=True)
-            if job is None or job.status in ("done", "failed"):
+            if job is None or job.status in ("done", "failed", "cancelled"):
                 return "finished"
             holder = job.config.get("claim", {})
             age = (datetime.now(UTC) - job.updated_at).total_seconds()
@@ -495,8 +553,12 @@ class TrainHandlers:
                         f"job {job_id}: the lease could not be renewed for {held:.0f} s"
                     ) from exc
 
-    async def _progress(self, ctx: HandlerContext, job_id: uuid.UUID, p: Progress) -> None:
+    async def _progress(
+        self, ctx: HandlerContext, job_id: uuid.UUID, p: Progress, tracker: Tracker
+    ) -> None:
         """The job's progress, for `retrace status` (the checkpoint is the real record)."""
+        with contextlib.suppress(Cancelled):  # the cancel watch stops the job
+            await tracker.set(p.step)
         async with ctx.store.tenant(ctx.tenant) as session:
             # locked: an unlocked read-modify-write of `config` could put back a claim that
             # another delivery replaced meanwhile

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from shared import subjects
 from shared.bus.nats_bus import CONTRACT_HEADER, MSG_ID, NatsBus
 from shared.config import ConsumerConfig
-from shared.errors import ContractError, PermanentError, RetryableError
+from shared.errors import Cancelled, ContractError, PermanentError, RetryableError
 from shared.logging import get_logger
 from shared.messages import Contract, DeadLetter, decode
 from shared.runtime.metrics import ServiceMetrics
@@ -226,6 +226,10 @@ class Delivery:
                 bound.info("duplicate delivery skipped")
                 return "duplicate"
             return "ok"
+        except Cancelled as exc:
+            bound.info("work cancelled; message dropped", reason=str(exc))
+            await msg.ack()
+            return "cancelled"
         except PermanentError as exc:
             kind = "contract" if isinstance(exc, ContractError) else "permanent"
             bound.error("permanent failure dead-lettered", error=str(exc), kind=kind)

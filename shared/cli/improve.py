@@ -11,11 +11,13 @@ from typing import Any
 
 import click
 import msgspec
+from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import func, select
 
 from shared.bus import NatsBus
 from shared.cli.context import load_settings, make_console, open_store, urls
+from shared.cli.work import bar, running
 from shared.config import ServiceConfig
 from shared.errors import PermanentError
 from shared.messages import CycleRequested, CycleSettings
@@ -47,7 +49,9 @@ async def _snapshot(cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID) -> dic
                 + f" ({j.status})"
             )
         adapters = await session.scalars(select(Adapter).where(Adapter.cycle_id == cycle_id))
+        work = await running(session, cycle_id)
         return {
+            "work": [bar(w) for w in work],
             "state": cycle.state,
             "heldout": {a.name: a.heldout for a in adapters if a.heldout},
             "rollouts": rollouts or 0,
@@ -110,6 +114,7 @@ async def follow_cycle(
                 f"[bold]{snap['state']}[/]  rollouts {snap.get('rollouts', 0)}"
                 + (f"  training: {snap['training']}" if snap.get("training") else "")
                 + f"  {elapsed:.0f}s"
+                + "".join(f"\n  {escape(line)}" for line in snap.get("work") or [])
             )
             if snap["state"] in ENDED:
                 return snap

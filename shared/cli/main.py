@@ -34,6 +34,7 @@ from shared.cli.status import Report, collect
 from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
 from shared.cli.synthesize import synthesize
 from shared.cli.train import adapters, train
+from shared.cli.work import bar, cancel_command
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
 from shared.logging import configure_logging
@@ -219,6 +220,10 @@ def _print_report(report: Report) -> None:
             f"  {a.tenant}/{a.agent}: {a.state} ({a.trigger}, {a.age_s:.0f}s in this stage) "
             f"cycle {a.cycle}"
         )
+    if report.work:
+        console.print("running jobs (`retrace cancel ID` stops one):")
+    for w in report.work:
+        console.print(f"  {w.tenant} {w.id}  {bar(w)}", markup=False, highlight=False)
     for e in report.errors:
         err.print(f"[yellow]{e}")
 
@@ -261,6 +266,7 @@ for command in (
     migrate,
     tenant,
     agent,
+    cancel_command,
 ):
     cli.add_command(command)
 

@@ -10,6 +10,7 @@ import nats
 from sqlalchemy import func, select
 
 from shared.cli.context import RunState
+from shared.cli.work import WorkView, running
 from shared.config import ServiceConfig
 from shared.store import Store
 from shared.store.models import Agent, Cycle
@@ -53,6 +54,8 @@ class Report(msgspec.Struct, kw_only=True):
     errors: list[str]
     active: list[ActiveCycle] = msgspec.field(default_factory=list)
     """Cycles under way, with their stage."""
+    work: list[WorkView] = msgspec.field(default_factory=list)
+    """Long jobs under way (rollout batches, training, prompt optimisation), with progress."""
 
     @property
     def healthy(self) -> bool:
@@ -159,10 +162,13 @@ async def collect(
             errors.append(f"NATS unreachable at {nats_url}: {exc!r}")
     cycles: dict[str, int] = {}
     active: list[ActiveCycle] = []
+    work: list[WorkView] = []
     if db_url:
         store = Store.connect(cfg.database, db_url)
         try:
             cycles, active = await _cycles(store)
+            async with store.cross_tenant() as session:
+                work = await running(session)
         except Exception as exc:  # noqa: BLE001  boundary: any database failure is reported
             errors.append(f"Postgres unreachable: {exc!r}")
         finally:
@@ -175,4 +181,5 @@ async def collect(
         cycles=cycles,
         errors=errors,
         active=active,
+        work=work,
     )

@@ -9,12 +9,14 @@ import uuid
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import select
 
 from shared.bus import NatsBus
 from shared.cli.capabilities import latest_capabilities
 from shared.cli.context import load_settings, make_console, open_store, urls
+from shared.cli.work import bar, running
 from shared.config import ServiceConfig
 from shared.errors import PermanentError
 from shared.messages import CapabilitiesIdentified
@@ -79,12 +81,18 @@ async def run_synthesize(
         await bus.close()
     ids = [c["id"] for c in caps]
     deadline = time.monotonic() + wait_s
-    with console.status(f"synthesizing and calibrating {len(ids)} environments"):
+    title = f"synthesizing and calibrating {len(ids)} environments"
+    with console.status(title) as status:
         while time.monotonic() < deadline:
             envs = await _environments(cfg, tenant, ids)
             done = {e["capability_id"] for e in envs if e["status"] in SETTLED}
             if done >= set(ids):
                 return envs
+            async with open_store(cfg) as store, store.tenant(tenant) as session:
+                bars = [bar(w) for w in await running(session) if w.label.startswith("calibrate")]
+            status.update(
+                f"{title}: {len(done)} settled" + "".join(f"\n  {escape(b)}" for b in bars)
+            )
             await asyncio.sleep(2.0)
     raise click.ClickException(
         "calibration did not finish in time: see `retrace status` for the queues"

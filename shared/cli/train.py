@@ -9,12 +9,14 @@ import uuid
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import select
 
 from shared.bus import NatsBus
 from shared.cli.capabilities import latest_capabilities
 from shared.cli.context import load_settings, make_console, open_store, urls
+from shared.cli.work import bar, running
 from shared.config import ServiceConfig
 from shared.errors import PermanentError
 from shared.messages import TrainRequested
@@ -22,7 +24,7 @@ from shared.store.agents import get_agent
 from shared.store.models import Adapter, Capability, Environment, TrainingJob
 
 console = make_console()
-FINISHED = ("done", "failed")
+FINISHED = ("done", "failed", "cancelled")
 
 
 async def _ready_environments(
@@ -88,10 +90,11 @@ async def run_train(
         with console.status(f"training {len(jobs)} adapters") as status:
             while time.monotonic() < deadline:
                 rows = await _jobs(store, tenant, jobs)
-                steps = ", ".join(
-                    f"{r['capability']}: step {r['step']}" for r in rows if r["status"] == "running"
+                async with store.tenant(tenant) as session:
+                    bars = [bar(w) for w in await running(session) if uuid.UUID(w.id) in jobs]
+                status.update(
+                    f"training {len(jobs)} adapters" + "".join(f"\n  {escape(b)}" for b in bars)
                 )
-                status.update(f"training {len(jobs)} adapters {steps}")
                 if all(r["status"] in FINISHED for r in rows):
                     return rows
                 await asyncio.sleep(2.0)

@@ -320,3 +320,29 @@ class ProcessedMessage(TenantOwned, Base):
     outbox: Mapped[list[Any]] = mapped_column(default=list)
     """Messages the handler emitted: published after commit, re-published on redelivery."""
     processed_at: Mapped[datetime] = _created()
+
+
+class Work(TenantOwned, Base):
+    """One long job's progress and its cancellation: a rollout batch (diagnosis, calibration,
+    evaluation), a training job or a prompt optimisation (`shared/progress.py`)."""
+
+    __tablename__ = "work"
+    __table_args__ = (Index(None, "tenant_id", "cycle_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    """The rollout request's or the training job's id."""
+    kind: Mapped[str] = mapped_column(String(32))
+    """rollout | training | prompt"""
+    label: Mapped[str] = mapped_column(Text, default="")
+    """What it is for, for a person (a rollout's purpose and environment, a job's capability)."""
+    cycle_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("cycles.id", ondelete="CASCADE"))
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    unit: Mapped[str] = mapped_column(String(16), default="episodes")
+    state: Mapped[str] = mapped_column(String(16), default="running")
+    """running | finished | stopped (handed back, to be resumed) | cancelled"""
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
+    )

@@ -35,6 +35,7 @@ TABLES = {
     "evaluations",
     "processed_messages",
     "conversations",
+    "work",
 }
 
 

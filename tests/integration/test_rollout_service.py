@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from services.rollout.config import RolloutConfig
 from services.rollout.service import build
 from shared.bus import NatsBus
+from shared.cli.work import cancel
 from shared.config import ModelConfig, ServiceConfig
 from shared.envs.registry import get_environment
 from shared.messages import RolloutCompleted, RolloutRequested, Sampling
@@ -22,7 +23,7 @@ from shared.reports import summarise_request
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent
-from shared.store.models import Task, Trajectory
+from shared.store.models import Task, Trajectory, Work
 from shared.store.tenants import create_tenant
 from tests.integration.test_delivery import dead_letters, eventually
 from tests.support.oracle_llm import OracleLLM
@@ -181,6 +182,7 @@ async def test_restart_mid_batch_neither_loses_nor_duplicates(
     await run
     partial = await stored()
     assert 3 <= partial < 12
+    assert (await work(store, request_id)).state == "stopped"  # handed back, not cancelled
 
     second, run2 = await start(cfg)
 
@@ -189,6 +191,8 @@ async def test_restart_mid_batch_neither_loses_nor_duplicates(
 
     await eventually(all_done, within=90)
     assert await stored() == 12
+    done = await work(store, request_id)
+    assert (done.state, done.done, done.total) == ("finished", 12, 12)
     second.stop()
     await run2
     await bus.close()
@@ -282,5 +286,66 @@ async def test_an_endpoint_not_up_yet_is_waited_for_without_spending_attempts(
         await starting
         service.stop()
         assert await run == 0
+        await bus.close()
+        await server.close()
+
+
+async def work(store: Store, work_id: uuid.UUID) -> Work:
+    async with store.tenant("acme") as session:
+        row = await session.get(Work, work_id)
+    assert row is not None, f"no work row for {work_id}"
+    return row
+
+
+async def test_a_cancelled_batch_stops_keeps_what_it_stored_and_is_not_retried(
+    service_cfg: ServiceConfig, store: Store, agent_id: uuid.UUID
+) -> None:
+    slow = OracleLLM(TOOLBOX, delay=0.5)
+    server = TestServer(slow.app())
+    await server.start_server()
+    cfg = rollout_cfg(service_cfg, f"http://127.0.0.1:{server.port}/v1", episodes_at_once=2)
+    service, run = await start(cfg)
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = uuid.uuid4()
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=request_id, agent_id=agent_id, environment="toolbox", task_ids=TASKS,
+            trials=2,
+        ),
+        msg_id=str(request_id),
+    )  # fmt: skip
+
+    async def stored() -> list[Trajectory]:
+        async with store.tenant("acme") as session:
+            return list(
+                await session.scalars(select(Trajectory).where(Trajectory.request_id == request_id))
+            )
+
+    async def some() -> bool:
+        return len(await stored()) >= 2 and (await work(store, request_id)).done >= 1
+
+    try:
+        await eventually(some, within=60)
+        progress = await work(store, request_id)
+        assert progress.kind == "rollout" and progress.total == 12 and progress.state == "running"
+        async with store.tenant("acme") as session:
+            what, flagged, ended = await cancel(session, request_id)
+        assert flagged == [request_id] and ended is None and "rollout" in what
+
+        async def cancelled() -> bool:
+            return (await work(store, request_id)).state == "cancelled"
+
+        await eventually(cancelled, within=30)
+        kept = await stored()
+        await asyncio.sleep(3)  # nothing more is played: not retried, not resumed
+        assert len(await stored()) == len(kept) < 12
+        assert all(t.messages and t.reward is not None for t in kept)  # each one whole
+        assert await completed(bus, request_id) == []
+        assert await dead_letters(bus) == []
+        assert (await service.health()).status == "ok"
+    finally:
+        service.stop()
+        await run
         await bus.close()
         await server.close()

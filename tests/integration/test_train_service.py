@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch", reason="training needs the train extra")
 from services.train.config import TrainConfig  # noqa: E402
 from services.train.service import build  # noqa: E402
 from shared.bus import NatsBus  # noqa: E402
+from shared.cli.work import cancel  # noqa: E402
 from shared.config import ModelConfig, ServiceConfig, StorageConfig  # noqa: E402
 from shared.envs.synthetic import family_spec  # noqa: E402
 from shared.messages import (  # noqa: E402
@@ -32,8 +33,9 @@ from shared.messages import (  # noqa: E402
 )
 from shared.store import Store  # noqa: E402
 from shared.store.agents import create_agent  # noqa: E402
-from shared.store.models import Adapter, Capability, Environment, TrainingJob  # noqa: E402
+from shared.store.models import Adapter, Capability, Environment, TrainingJob, Work  # noqa: E402
 from shared.store.tenants import create_tenant  # noqa: E402
+from tests.integration.test_cycle import emitted  # noqa: E402
 from tests.integration.test_delivery import dead_letters, eventually, healthy  # noqa: E402
 from tests.support.fake_chat import FakeJudge, script  # noqa: E402
 from tests.support.tiny_model import save_tiny_model  # noqa: E402
@@ -329,6 +331,99 @@ async def test_a_job_stopped_mid_training_resumes_on_another_worker(
     assert stopped_at <= resumed < steps, (stopped_at, resumed)
     assert [c["step"] for c in adapter.training_curve] == list(range(1, steps + 1))
     assert adapter.training_curve[-1]["rollouts"] == 2 * steps
+
+
+async def test_a_cancelled_job_stops_at_its_next_step_and_its_cycle_hears_it(
+    service_cfg: ServiceConfig, store: Store, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`retrace cancel JOB` while it trains: the job stops at its next step (its checkpoint
+    whole), ends `cancelled` with `train.failed` saying so (its cycle goes on without it),
+    and the message is not retried or dead-lettered; a job cancelled before any worker
+    took it ends the same way without training."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model=str(tiny_model), environment="toolbox")
+        capability = Capability(agent_id=agent.id, name="valid_tool_arguments", definition="")
+        session.add(capability)
+        await session.flush()
+        env = await alarm_environment(session, capability.id)
+        running_job = TrainingJob(environment_id=env.id, capability_id=capability.id)
+        pending_job = TrainingJob(environment_id=env.id, capability_id=capability.id)
+        session.add_all([running_job, pending_job])
+        await session.flush()
+        job_id, pending_id, env_id = running_job.id, pending_job.id, env.id
+    steps = 30
+    cfg = TrainConfig(
+        **{**_fields(service_cfg), "storage": StorageConfig(data_dir=str(tmp_path))},  # type: ignore[arg-type]
+        group_size=2,
+        rollout_budget=2 * steps,
+        max_new_tokens=8,
+        max_turns=1,
+        rank=4,
+        alpha=8,
+        load_into_endpoint=False,
+        cancel_poll_s=0.2,
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+
+    async def job(which: uuid.UUID) -> TrainingJob:
+        async with store.tenant("acme") as session:
+            row = await session.get(TrainingJob, which)
+        assert row is not None
+        return row
+
+    async def work(which: uuid.UUID) -> Work | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Work, which)
+
+    try:
+        await bus.publish(
+            "acme", TrainRequested(job_id=job_id, environment_id=env_id), msg_id=f"t-{job_id}"
+        )
+
+        async def training() -> bool:
+            row = await work(job_id)
+            return row is not None and row.done >= 2
+
+        await eventually(training, within=120)
+        progress = await work(job_id)
+        assert progress is not None and (progress.kind, progress.total) == ("training", steps)
+        assert progress.unit == "steps"
+        async with store.tenant("acme") as session:
+            await cancel(session, job_id)  # running: flagged
+            await cancel(session, pending_id)  # not taken yet: flagged before it starts
+
+        async def ended() -> bool:
+            return (await job(job_id)).status == "cancelled"
+
+        await eventually(ended, within=60)
+        stopped = await work(job_id)
+        assert stopped is not None and stopped.state == "cancelled" and stopped.done < steps
+        await bus.publish(
+            "acme",
+            TrainRequested(job_id=pending_id, environment_id=env_id),
+            msg_id=f"t-{pending_id}",
+        )
+
+        async def pending_ended() -> bool:
+            return (await job(pending_id)).status == "cancelled"
+
+        await eventually(pending_ended, within=60)
+        assert "step" not in ((await job(pending_id)).config.get("progress") or {})
+        failed = await emitted(bus, f"{service_cfg.nats.stream_prefix}_EVENTS", TrainingFailed)
+        assert sorted(str(m.job_id) for m in failed) == sorted([str(job_id), str(pending_id)])  # type: ignore[attr-defined]
+        assert all("cancel" in m.reason for m in failed)  # type: ignore[attr-defined]
+        assert await dead_letters(bus) == []
+        async with store.tenant("acme") as session:
+            assert list(await session.scalars(select(Adapter))) == []
+    finally:
+        service.stop()
+        await run
+        await bus.close()
 
 
 async def test_a_prompt_optimisation_job_writes_its_prompt_and_announces_it(

@@ -43,6 +43,18 @@ def _context(store: object) -> HandlerContext:
     return HandlerContext("acme", None, "s", "m", 1, _beat, store)  # type: ignore[arg-type]
 
 
+class Watch:
+    """A job's cancel watch (`shared.progress.Tracker.watch`): never cancelled, unless told."""
+
+    def __init__(self, cancelled_after_s: float | None = None) -> None:
+        self.after = cancelled_after_s
+
+    async def watch(self, every_s: float | None = None) -> None:
+        if self.after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(self.after or 0)
+
+
 async def test_a_lease_that_cannot_be_renewed_is_lost_before_it_expires() -> None:
     handlers = TrainHandlers(TrainConfig(lease_s=6))
     store = UnreachableStore()
@@ -71,7 +83,7 @@ async def test_work_is_stopped_when_the_lease_is_lost() -> None:
         handlers._renew(_context(UnreachableStore()), uuid.uuid4(), threading.Event(), "mine")
     )
     with pytest.raises(LeaseLostError):
-        await asyncio.wait_for(handlers._guarded(forever(), lease), 20)
+        await asyncio.wait_for(handlers._guarded(forever(), lease, Watch()), 20)  # type: ignore[arg-type]
     assert stopped.is_set()
 
 
@@ -83,8 +95,28 @@ async def test_work_that_finishes_first_keeps_its_result_and_errors() -> None:
 
     lease = asyncio.create_task(asyncio.sleep(3600))
     with pytest.raises(ValueError, match="planted"):
-        await handlers._guarded(fails(), lease)
+        await handlers._guarded(fails(), lease, Watch())  # type: ignore[arg-type]
     assert not lease.done()
+    lease.cancel()
+
+
+async def test_a_cancelled_job_stops_its_work_and_says_so() -> None:
+    handlers = TrainHandlers(TrainConfig(lease_s=6))
+    stopped = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    lease = asyncio.create_task(asyncio.sleep(3600))
+    finished = await asyncio.wait_for(
+        handlers._guarded(forever(), lease, Watch(cancelled_after_s=0.1)),  # type: ignore[arg-type]
+        20,
+    )
+    assert finished is False and stopped.is_set() and not lease.done()
     lease.cancel()
 
 

@@ -41,7 +41,9 @@ ACTIVE = (State.DIAGNOSING, State.SYNTHESIZING, State.TRAINING, State.EVALUATING
 ENDED = (State.COMPLETED, State.FAILED)
 
 STALL = "stall"
-"""The event of the stall watcher (`services/evaluator/monitor.py`), not a bus message."""
+"""The event of the stall watch (`services/evaluator/stall.py`), not a bus message."""
+CANCEL = "cancel"
+"""`retrace cancel` on a cycle (`shared/cli/work.py`), not a bus message."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         )
     ),
     *(
-        Transition(source, State.FAILED, (STALL,), "no change within the stage's stall limit")
+        Transition(source, State.FAILED, (STALL, CANCEL), "stalled, or cancelled")
         for source in ACTIVE
     ),
 )
