@@ -113,9 +113,10 @@ CATALOGUE: tuple[Capability, ...] = (
     ),
     Capability(
         "recover_from_tool_errors",
-        "After a call fails (schema rejection or a tool error), read the error and fix or "
-        "retry until that tool succeeds. NA: no call of an existing tool failed. LACKING: a "
-        "failed tool is never later called successfully. PRESENT: every failed tool is.",
+        "When a tool refuses a well-formed call (not found, taken, a value it cannot use), "
+        "read its error and fix or retry until that tool succeeds. NA: no tool refused a "
+        "schema-valid call. LACKING: a refusing tool is never later called successfully. "
+        "PRESENT: every one is.",
         _on_features(_recover),
     ),
     Capability(

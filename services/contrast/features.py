@@ -82,9 +82,14 @@ class Features:
     tool_errors: int
     """Calls the tool itself refused or failed on (arguments were schema-valid)."""
     recovered_failures: int
-    """Failed calls of a known tool followed, later, by a successful call of the same tool."""
+    """Tool errors (a known tool refused schema-valid arguments: not found, taken, wrong
+    value) followed, later, by a successful call of the same tool."""
     unrecovered_failures: int
-    """Failed calls of a known tool never followed by a successful call of the same tool."""
+    """Tool errors never followed by a successful call of the same tool. Schema rejections
+    and unparsable arguments are not counted here: they are the argument capabilities'
+    (`invalid_argument_calls`, `bad_json_calls`); counted here too, every call with a bad
+    argument would also be an unrecovered error, and recovery would take the place of the
+    argument skill it cannot exist without (docs/benchmarks.md, trace_lift's second run)."""
     repeated_rejected_calls: int
     """Calls identical (tool and arguments) to an earlier call rejected by the schema."""
     duplicate_side_effects: int
@@ -165,10 +170,10 @@ def _before_first_side_effect(trajectory: TrajectoryView) -> tuple[bool, bool, b
 
 
 def _recovery(calls: tuple[CallView, ...], outcomes: list[Outcome]) -> tuple[int, int]:
-    """Failed calls of known tools, split by whether the same tool later succeeded."""
+    """Tool errors, split by whether the same tool later succeeded."""
     recovered = unrecovered = 0
     for i, call in enumerate(calls):
-        if outcomes[i] in ("ok", "unknown_tool"):
+        if outcomes[i] != "tool_error":
             continue
         if any(later.ok and later.name == call.name for later in calls[i + 1 :]):
             recovered += 1

@@ -243,5 +243,10 @@ def test_propose_drops_capabilities_no_failure_lacks() -> None:
         Script().call("set_item", {"id": 1}).say("Done.").view("s", True),
     ]
     names = {c.name for c in propose(data)}
-    assert "valid_tool_arguments" in names and "recover_from_tool_errors" in names
+    assert "valid_tool_arguments" in names
     assert "use_existing_tools" not in names and "report_result_to_user" not in names
+    # a schema rejection is the arguments' failure, not a refusal to recover from: counted
+    # as both, recovery took the argument skill's place (trace_lift's second run)
+    assert "recover_from_tool_errors" not in names
+    refused = Script().call("set_item", {"id": 9}, "fail").say("Sorry.").view("g", False)
+    assert "recover_from_tool_errors" in {c.name for c in propose([*data, refused])}

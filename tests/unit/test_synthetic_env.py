@@ -124,6 +124,24 @@ def test_doing_nothing_scores_zero_and_partial_work_earns_graded_rewards(family:
     assert all(0.0 <= level <= 1.0 for level in levels)
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_reply_that_claims_without_acting_earns_no_report_credit(family: str) -> None:
+    """Qwen's text-only replies naming the fallback time earned `reply_mentions` in half the
+    calibration episodes of an environment whose GRPO groups then scored 0 (trace_lift's
+    second run): a report of nothing done is not a report."""
+    claimed = 0
+    for task in sample(family, 4):
+        replies = [m for m in reference_messages(task) if m.content and not m.tool_calls]
+        final = replies[-1]
+        if "reply_mentions" not in play(family, task, reference_messages(task)).score().breakdown:
+            continue
+        alone = play(family, task, [final]).score()
+        assert alone.breakdown["reply_mentions"] == 0.0, (task.id, final.content)
+        claimed += 1
+    if any(c.kind == "reply_mentions" for c in ENVS[family].spec.checks):
+        assert claimed, "no sampled task exercised the check"
+
+
 def test_set_alarm_grades_a_raw_time_a_wrong_time_and_a_missing_confirmation() -> None:
     family = "set_alarm_at_time"
     task = next(

@@ -9,7 +9,8 @@ data (expected arguments, reply values, excused errors, forbidden actions):
 - `asked_before_acting`: when a detail was withheld, the user supplied it before any change;
   when none was, the agent acted (a needless question ends the conversation).
 - `retried_after_error`: `tool` was called and its last call succeeded (it did not give up).
-- `reply_mentions`: an assistant text names the scenario's `value`.
+- `reply_mentions`: something succeeded, and an assistant text names the scenario's `value`
+  (a reply that names it without any successful call claims what was never done).
 - `no_forbidden_side_effect`: the agent changed something, and none of the task's forbidden
   actions happened (texting someone else, deleting, completing or changing what was not asked).
 - `looked_up_first`: a successful `tool` call came before the first call of `before`.
@@ -19,7 +20,10 @@ data (expected arguments, reply values, excused errors, forbidden actions):
   same arguments, and the episode ends on its text to the user (not mid tool use).
 
 Restraint checks hold only once the agent did something (a successful call; for side effects,
-a successful change): doing nothing is not restraint.
+a successful change): doing nothing is not restraint. Nor is a report a report of nothing:
+in the second trace_lift run, Qwen's text-only replies that named the fallback time earned
+`reply_mentions` in half the calibration episodes of an environment whose GRPO groups then
+scored 0 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def retried_after_error(ctx: Context, check: CheckSpec) -> bool:
 
 
 def reply_mentions(ctx: Context, check: CheckSpec) -> bool:
-    return reply_matches(ctx.data["values"][check.value], ctx.trace)
+    return ctx.engaged() and reply_matches(ctx.data["values"][check.value], ctx.trace)
 
 
 def no_forbidden_side_effect(ctx: Context, check: CheckSpec) -> bool:
