@@ -48,11 +48,14 @@ Propose at most $max_candidates capabilities that the agent shows in successful 
 lacks in failed ones. Each capability must be:
 - a behaviour that could matter on many tasks, not a fact about one task;
 - judgeable from ONE transcript, without knowing whether it succeeded;
-- named in snake_case (lowercase words joined by "_", at most 100 characters);
+- named in snake_case (lowercase words joined by "_", at most 100 characters) after what \
+the agent does, never after a message role (not "system", "user", "assistant" or "tool");
 - defined precisely: what PRESENT, LACKING and NA (the episode gave no occasion for it) mean.
 
-Reply with only this JSON object, no prose and no code fence:
-{"capabilities": [{"name": "snake_case_name", "definition": "..."}]}""")
+Reply with only this JSON object, no prose and no code fence, each <...> replaced by your own \
+words:
+{"capabilities": [{"name": "<what_the_agent_does>", "definition": "<what the behaviour is; \
+PRESENT when ...; LACKING when ...; NA when ...>"}]}""")
 
 LABEL_SYSTEM = """\
 You are a strict evaluator of transcripts of a tool-using AI agent. For each capability you \

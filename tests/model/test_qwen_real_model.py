@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("torch", reason="model tests need the train extra")
 
+from services.contrast.judge import JudgeConfig, JudgeProposer
+from services.contrast.labels import Capability
 from shared.envs.runner import run_episode
 from shared.envs.synthetic import SyntheticEnvironment, family_spec
 from shared.llm.client import LLMClient
@@ -18,6 +20,7 @@ from shared.messages import Sampling
 from shared.serving.packaged import QWEN_CODER
 from shared.serving.server import ServeConfig, load
 from tests.support.models import packaged_or_skip
+from tests.support.planted_trajectories import planted
 from tests.support.served import client_on
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -66,3 +69,23 @@ async def test_qwen_calls_a_tool_on_a_synthetic_task(qwen: LLMClient) -> None:
     assert first["tool_calls"][0]["function"]["name"] == "set_alarm"
     assert first["tool_call_format"] in ("tagged", "fenced", "bare")
     assert result.calls and result.calls[0]["name"] == "set_alarm"
+
+
+async def test_qwen_as_the_judge_names_capabilities_from_planted_trajectories(
+    qwen: LLMClient,
+) -> None:
+    """The judge against the real counterpart of its fake, with the default model. Qwen
+    writes JSON the judge reads (a stray closing brace is forgiven, made-up placeholder
+    definitions are refused and asked again), so this asserts the one outcome that matters:
+    validated capabilities, each a snake_case name with a definition in words."""
+    cfg = JudgeConfig(
+        model=ALIAS, max_tokens=256, max_attempts=3, max_prompt_chars=4000, examples_per_side=2
+    )
+    proposed = await JudgeProposer(qwen, cfg).propose(
+        planted(failed=6, succeeded=6), max_candidates=3
+    )
+    assert 1 <= len(proposed) <= 3, proposed
+    for capability in proposed:
+        assert isinstance(capability, Capability)
+        assert capability.name.replace("_", "").isalnum() and capability.name.islower()
+        assert len(capability.definition.split()) >= 3, capability
