@@ -133,9 +133,13 @@ class RouterApp:
             await self._http.close()
 
     def http(self) -> aiohttp.ClientSession:
+        """The relay's session to the model server, with its key (`RETRACE_MODEL_API_KEY`)
+        on every request, as the model client sends it."""
         if self._http is None:
             timeout = aiohttp.ClientTimeout(total=self.cfg.model.request_timeout)
-            self._http = aiohttp.ClientSession(timeout=timeout)
+            self._http = aiohttp.ClientSession(
+                timeout=timeout, headers={"Authorization": f"Bearer {self.cfg.model.api_key}"}
+            )
         return self._http
 
     # -- requests ----------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, synonym
+from sqlalchemy.types import TypeDecorator
 
 from shared.messages import CycleSettings
 
@@ -35,9 +37,36 @@ NAMING = {
 }
 
 
+def without_nul(value: Any) -> Any:
+    """`value` with every U+0000 in its strings and keys replaced by U+FFFD: Postgres cannot
+    store U+0000 in JSONB (or text), and a message that carries one (from a user, or from a
+    model) must not lose the turn it belongs to."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
+
+
+class StorableJSONB(TypeDecorator[Any]):
+    """JSONB that stores any JSON value, U+0000 included (see `without_nul`)."""
+
+    impl = JSONB
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return without_nul(value)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB, uuid.UUID: UUID(as_uuid=True)}
+    type_annotation_map = {
+        dict[str, Any]: StorableJSONB,
+        list[Any]: StorableJSONB,
+        uuid.UUID: UUID(as_uuid=True),
+    }
 
 
 def _id() -> Mapped[uuid.UUID]:

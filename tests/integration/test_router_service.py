@@ -48,6 +48,13 @@ class Upstream:
         self.models_asked = asyncio.Event()
         self.refused: set[str] = set()
         """Models whose chat requests get a 404."""
+        self.credentials: list[tuple[str, str]] = []
+        """(path, Authorization header) of every request."""
+
+    @web.middleware
+    async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.credentials.append((request.path, request.headers.get("Authorization", "")))
+        return await handler(request)
 
     async def list_models(self, _: web.Request) -> web.Response:
         self.models_asked.set()
@@ -97,11 +104,14 @@ class Upstream:
         return out
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.record])
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_post("/v1/load_lora_adapter", self.load)
         return app
+
+
+UPSTREAM_KEY = "the-model-server-s-key"
 
 
 def _free_port() -> int:
@@ -161,7 +171,7 @@ async def router(
     cfg = RouterConfig(
         **{
             **_fields(service_cfg),
-            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1", api_key=UPSTREAM_KEY),
             "http": HttpConfig(port=port),
         },  # type: ignore[arg-type]
         min_confidence=0.4,
@@ -247,6 +257,11 @@ async def test_routing_conversations_streaming_and_feedback(
             headers=fb,
         ) as r:
             assert r.status == 404
+    # every request to the model server carried its key, chats and streams included (only
+    # `/v1/models` did before, so the model server could not be put behind a key)
+    paths = {path for path, _ in upstream.credentials}
+    assert {"/v1/chat/completions", "/v1/models", "/v1/load_lora_adapter"} <= paths
+    assert {auth for _, auth in upstream.credentials} == {f"Bearer {UPSTREAM_KEY}"}
     # the endpoint did not serve the alarms adapter: it was loaded from its artifact first
     assert upstream.loaded == [
         {"lora_name": "bot--set_alarms--v1", "lora_path": "/artifacts/set_alarms"}
@@ -267,6 +282,23 @@ async def test_routing_conversations_streaming_and_feedback(
         assert [m["role"] for m in kept.messages] == ["user", "assistant", "user", "assistant"]
         live = await session.get(Trajectory, convs[streamed].trajectory_id)
         assert live is not None and live.messages[-1]["content"] == "Sure, done."
+
+
+async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """Postgres stores no U+0000: the turn was answered, then lost with a text/plain 500."""
+    url, key, _, _ = router
+    nul = [{"role": "user", "content": "Who painted\x00 the Mona Lisa?"}]
+    async with aiohttp.ClientSession() as http:
+        status, headers, payload = await _chat(http, url, key, {"model": "bot", "messages": nul})
+    assert status == 200 and payload["choices"][0]["message"]["content"] == "Done."
+    async with store.tenant("acme") as session:
+        conversation = await session.get(Conversation, uuid.UUID(headers["X-Retrace-Conversation"]))
+        assert conversation is not None and conversation.trajectory_id is not None
+        kept = await session.get(Trajectory, conversation.trajectory_id)
+    assert kept is not None
+    assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
 
 
 @pytest.mark.parametrize("router", ["learned"], indirect=True)
