@@ -31,6 +31,7 @@ from shared.embeddings import default_embedder
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
+from shared.llm.errors_http import json_errors, openai_error
 from shared.llm.openai_types import ChatRequest
 from shared.logging import get_logger
 from shared.routing.modes import (
@@ -60,8 +61,13 @@ class Feedback(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     success: bool | None = None
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+def error(status: int, message: str, kind: str | None = None) -> web.Response:
+    """An OpenAI-shaped error; a 503 says when to try again (`Retry-After`)."""
+    retry = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return openai_error(status, message, kind, headers=retry)
+
+
+RETRY_AFTER_S = 2
 
 
 STORE_ERRORS = (
@@ -122,7 +128,7 @@ class RouterApp:
         )
 
     def routes(self, app: web.Application) -> None:
-        app.middlewares.append(_store_unavailable)
+        app.middlewares.extend([json_errors, _store_unavailable])
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/feedback", self.feedback)
         app.router.add_get("/v1/models", self.models)

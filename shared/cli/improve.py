@@ -14,6 +14,7 @@ import msgspec
 from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from shared.bus import NatsBus
 from shared.cli.context import load_settings, make_console, open_store, urls
@@ -108,7 +109,14 @@ async def follow_cycle(
     started = time.monotonic()
     with console.status("cycle requested") as status:
         while time.monotonic() < deadline:
-            snap = await _snapshot(cfg, tenant, cycle_id)
+            try:
+                snap = await _snapshot(cfg, tenant, cycle_id)
+            except (SQLAlchemyError, OSError) as exc:
+                # following is read-only: a store that is slow or restarting for a moment
+                # must not end a follower of a cycle that takes hours (it goes on meanwhile)
+                status.update(f"store unavailable, retrying: {exc!r}"[:200])
+                await asyncio.sleep(5.0)
+                continue
             elapsed = time.monotonic() - started
             status.update(
                 f"[bold]{snap['state']}[/]  rollouts {snap.get('rollouts', 0)}"

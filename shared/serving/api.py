@@ -21,6 +21,7 @@ from prometheus_client import (
 )
 
 from shared.envs.protocol import ToolCall, ToolCallFunction
+from shared.llm.errors_http import json_errors, openai_error
 from shared.llm.openai_types import (
     ChatRequest,
     ChatResponse,
@@ -30,8 +31,6 @@ from shared.llm.openai_types import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    ErrorBody,
-    ErrorResponse,
     LoadAdapterRequest,
     ModelCard,
     ModelList,
@@ -62,24 +61,17 @@ class ApiError(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    body = ErrorResponse(error=ErrorBody(message=message, type=kind, code=status))
-    return web.Response(
-        status=status, body=msgspec.json.encode(body), content_type="application/json"
-    )
-
-
 @web.middleware
 async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:
-        return _error(exc.status, exc.message, exc.kind)
+        return openai_error(exc.status, exc.message, exc.kind)
     except web.HTTPException:
-        raise
-    except Exception as exc:
+        raise  # `json_errors` writes it as JSON
+    except Exception:
         log.exception("request failed", path=request.path)
-        return _error(500, f"internal error: {exc!r}", "server_error")
+        return openai_error(500, "internal error (logged by the model server)", "server_error")
 
 
 class ModelServer:
@@ -117,7 +109,7 @@ class ModelServer:
         )
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[errors], client_max_size=32 * 1024 * 1024)
+        app = web.Application(middlewares=[json_errors, errors], client_max_size=32 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -178,7 +170,10 @@ class ModelServer:
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
-            max_tokens=req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS,
+            max_tokens=next(
+                (m for m in (req.max_completion_tokens, req.max_tokens) if m is not None),
+                DEFAULT_MAX_TOKENS,
+            ),
             stop=req.stop,
             logprobs=req.logprobs or bool(top),
             top_logprobs=top,

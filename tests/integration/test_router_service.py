@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import select, text
 
 from services.router.config import RouterConfig
+from services.router.handlers import RETRY_AFTER_S
 from services.router.service import build
 from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
@@ -214,6 +215,11 @@ async def test_routing_conversations_streaming_and_feedback(
         assert status == 404 and "ghost" in payload["error"]["message"]
         status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": "hi"})
         assert status == 400 and "invalid chat request" in payload["error"]["message"]
+        assert payload["error"]["code"] == 400  # the OpenAI shape, `code` included
+        for method, path, code in (("GET", "/v1/nowhere", 404), ("GET", "/v1/feedback", 405)):
+            async with http.request(method, f"{url}{path}") as r:
+                shown = await r.json()  # JSON, not aiohttp's text/plain
+                assert r.status == code and shown["error"]["code"] == code, shown
 
         status, headers, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
         assert status == 200 and payload["choices"][0]["message"]["content"] == "Done."
@@ -347,11 +353,15 @@ async def test_a_store_failure_is_503_and_an_endpoint_that_stays_down_502(
         async with store.cross_tenant() as session:  # the agents' table is gone: a broken store
             await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".agents RENAME TO gone'))
         try:
-            status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+            status, headers, payload = await _chat(
+                http, url, key, {"model": "bot", "messages": alarm}
+            )
+            retry_after = headers.get("Retry-After")
         finally:
             async with store.cross_tenant() as session:
                 await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".gone RENAME TO agents'))
     assert status == 503, payload  # not "no agent 'bot'": the agent exists
+    assert retry_after == str(RETRY_AFTER_S)
     assert payload["error"]["type"] == "service_unavailable"
     assert "store is unavailable" in payload["error"]["message"]
 

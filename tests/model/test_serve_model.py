@@ -76,6 +76,13 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     )
     resp = await client.post("/v1/chat/completions", data=b"{not json")
     assert resp.status == 400 and "invalid request" in (await resp.json())["error"]["message"]
+    # max_tokens 0 was read as "unset" and generated the default 256 tokens
+    assert "max_tokens" in (await post(client, chat("hi", max_tokens=0), 400))["error"]["message"]
+    # aiohttp's own errors (no route, wrong method) in the OpenAI shape, not text/plain
+    for method, path, status in (("GET", "/v1/nowhere", 404), ("GET", "/v1/chat/completions", 405)):
+        resp = await client.request(method, path)
+        body = await resp.json()
+        assert resp.status == status and body["error"]["code"] == status, body
     bad = await client.post(
         "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"}
     )

@@ -1,0 +1,67 @@
+"""OpenAI-shaped HTTP errors, for every surface that speaks the OpenAI API (the router, the
+model server): `{"error": {"message", "type", "code"}}` as JSON, whatever went wrong, aiohttp's
+own 404, 405 and 413 included (they are text/plain otherwise)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from shared.llm.openai_types import ErrorBody, ErrorResponse
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+KINDS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+}
+
+
+def openai_error(
+    status: int,
+    message: str,
+    kind: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """An error response in the OpenAI shape; `kind` defaults by status."""
+    body = ErrorResponse(
+        error=ErrorBody(
+            message=message,
+            type=kind
+            or KINDS.get(status, "invalid_request_error" if status < 500 else "server_error"),
+            code=status,
+        )
+    )
+    return web.Response(
+        status=status,
+        body=msgspec.json.encode(body),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's HTTP errors (no route, wrong method, body too large) as OpenAI-shaped JSON."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.content_type == "application/json":
+            raise  # already JSON (a handler's own)
+        return openai_error(exc.status, exc.reason if not exc.text else _text(exc))
+
+
+def _text(exc: web.HTTPException) -> str:
+    text = (exc.text or "").strip()
+    prefix = f"{exc.status}: "
+    return text.removeprefix(prefix) or exc.reason
