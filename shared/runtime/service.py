@@ -4,7 +4,8 @@ Start: resolve URLs (embedded servers when unset), connect to Postgres and NATS 
 retry policy, create streams and one durable pull consumer per handled contract, serve
 `/healthz` and `/metrics`. Run: pull messages while fewer than `concurrency` are in flight.
 Stop (SIGTERM/SIGINT): stop pulling, give in-flight handlers `shutdown_grace` seconds, nak what
-is left so another instance takes it at once, drain NATS, close Postgres.
+is left so another instance takes it at once; stop listening for HTTP and give the requests in
+flight the same grace; then the service's own stop hook, drain NATS, close Postgres.
 """
 
 from __future__ import annotations
@@ -104,10 +105,12 @@ class Service:
             log.info("service stopping", in_flight=len(self._tasks))
             self.metrics.set_up(False)
             await self._drain(pullers)
+            if runner is not None:
+                # stops listening, then lets the requests in flight finish (`shutdown_grace`)
+                # before the hooks close what they use (the router's upstream session)
+                await runner.cleanup()
             if self.on_stop is not None:
                 await self.on_stop(self)
-            if runner is not None:
-                await runner.cleanup()
             if self.bus is not None:
                 await self.bus.close()
             if self.store is not None:
@@ -162,7 +165,11 @@ class Service:
         return pullers
 
     async def _serve_http(self) -> web.AppRunner:
-        runner = web.AppRunner(build_app(self.metrics, self.health, self.routes), access_log=None)
+        runner = web.AppRunner(
+            build_app(self.metrics, self.health, self.routes),
+            access_log=None,
+            shutdown_timeout=self.cfg.consumer.shutdown_grace,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.cfg.http.host, self.port, reuse_address=True)
         await site.start()

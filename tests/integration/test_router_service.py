@@ -51,6 +51,9 @@ class Upstream:
         """Models whose chat requests get a 404."""
         self.credentials: list[tuple[str, str]] = []
         """(path, Authorization header) of every request."""
+        self.delay = 0.0
+        """Seconds each chat takes."""
+        self.chatting = asyncio.Event()
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -76,6 +79,8 @@ class Upstream:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.chatting.set()
+        await asyncio.sleep(self.delay)
         if body["model"] in self.refused:
             raise web.HTTPNotFound(text=json.dumps({"error": {"message": "no such model"}}))
         self.models.append(body["model"])
@@ -305,6 +310,48 @@ async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
         kept = await session.get(Trajectory, conversation.trajectory_id)
     assert kept is not None
     assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
+
+
+async def test_a_stopping_router_finishes_the_requests_in_flight(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """SIGTERM with a chat in flight: the reply still comes back (the upstream session was
+    closed before the listener stopped, and the request got a 502)."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+        await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    upstream = Upstream()
+    upstream.delay = 1.5
+    server = TestServer(upstream.app())
+    await server.start_server()
+    port = _free_port()
+    cfg = RouterConfig(
+        **{
+            **_fields(service_cfg),
+            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+            "http": HttpConfig(port=port),
+        },  # type: ignore[arg-type]
+        mode="base",
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30."}]
+    try:
+        async with aiohttp.ClientSession() as http:
+            pending = asyncio.create_task(
+                _chat(http, f"http://127.0.0.1:{port}", key, {"model": "bot", "messages": alarm})
+            )
+            await asyncio.wait_for(upstream.chatting.wait(), 30)
+            service.stop()  # what SIGTERM does
+            status, _, payload = await pending
+        assert status == 200 and payload["choices"][0]["message"]["content"] == "Done.", payload
+        assert await run == 0
+    finally:
+        service.stop()
+        await server.close()
 
 
 @pytest.mark.parametrize("router", ["learned"], indirect=True)
