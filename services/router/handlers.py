@@ -197,9 +197,10 @@ class RouterApp:
         tenant, raw = authorized
         try:
             req = msgspec.json.decode(raw, type=ChatRequest)
-            body = json.loads(raw)
-        except (msgspec.DecodeError, json.JSONDecodeError) as exc:
-            return error(400, f"invalid chat request: {exc}")
+            body = msgspec.json.decode(raw)  # passed on as the caller sent it
+        except (msgspec.DecodeError, ValueError, RecursionError) as exc:
+            # bad JSON or UTF-8, a field of the wrong shape, nesting too deep to read
+            return error(400, f"invalid chat request: {str(exc)[:500]}")
         if not req.messages:
             return error(400, "messages must not be empty")
         messages = [msgspec.to_builtins(m) for m in req.messages]

@@ -10,6 +10,9 @@ import msgspec
 from aiohttp import web
 
 from shared.llm.openai_types import ErrorBody, ErrorResponse
+from shared.logging import get_logger
+
+log = get_logger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -59,6 +62,9 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.content_type == "application/json":
             raise  # already JSON (a handler's own)
         return openai_error(exc.status, exc.reason if not exc.text else _text(exc))
+    except Exception:
+        log.exception("request failed", path=request.path)
+        return openai_error(500, "internal error (see the service's log)", "server_error")
 
 
 def _text(exc: web.HTTPException) -> str:

@@ -38,6 +38,26 @@ class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     stream: bool = False
     response_format: ResponseFormat | None = None
 
+    def __post_init__(self) -> None:
+        for i, tool in enumerate(self.tools or []):
+            function = tool.get("function")
+            if tool.get("type") != "function" or not isinstance(function, dict):
+                raise ValueError(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}')
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise ValueError(f"tools[{i}].function needs a `name`")
+        choice = self.tool_choice
+        if isinstance(choice, str) and choice not in ("auto", "none", "required"):
+            raise ValueError(
+                f"tool_choice must be auto, none, required or a function, not {choice!r}"
+            )
+        named = choice.get("function") if isinstance(choice, dict) else None
+        if isinstance(choice, dict) and not (
+            isinstance(named, dict) and isinstance(named.get("name"), str)
+        ):
+            raise ValueError(
+                'tool_choice names a function as {"type": "function", "function": {"name": ...}}'
+            )
+
 
 class TopLogprob(msgspec.Struct, kw_only=True, frozen=True):
     token: str

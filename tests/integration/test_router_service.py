@@ -312,6 +312,32 @@ async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
     assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
 
 
+async def test_malformed_bodies_get_a_400_in_the_openai_shape(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    url, key, upstream, _ = router
+    deep = b'{"model": "bot", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    tool = {"type": "function"}  # no `function`
+    bodies: list[tuple[str, bytes]] = [
+        ("invalid UTF-8", b'{"model": "bot", "messages": [{"role": "user", "content": "\xff"}]}'),
+        ("5,000-deep JSON", deep),
+        ("a tool without function", json.dumps(
+            {"model": "bot", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]}
+        ).encode()),
+    ]  # fmt: skip
+    async with aiohttp.ClientSession() as http:
+        for what, raw in bodies:
+            async with http.post(
+                f"{url}/v1/chat/completions",
+                data=raw,
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            ) as r:
+                assert r.content_type == "application/json", (what, await r.text())
+                body = await r.json()
+                assert r.status == 400 and body["error"]["code"] == 400, (what, body)
+    assert upstream.models == []  # none reached the model server
+
+
 async def test_a_stopping_router_finishes_the_requests_in_flight(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
