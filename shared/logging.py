@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 
@@ -22,6 +23,7 @@ def configure_logging(
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
+        hide_secrets,
     ]
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
@@ -41,6 +43,7 @@ def configure_logging(
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info if use_json else _identity,
+                hide_secrets,  # again: a formatted traceback can carry a URL too
                 renderer,
             ],
         )
@@ -53,6 +56,33 @@ def configure_logging(
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     if service:
         structlog.contextvars.bind_contextvars(service=service)
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s@]+@")
+"""`scheme://user:password@`: the password part of a URL's credentials."""
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URL in it replaced by `***`."""
+    return _CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+def hide_secrets(
+    _: object, __: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """No URL's password reaches a log line (a NATS or Postgres URL logged on disconnect or in
+    an error), whatever field carries it."""
+    return {k: _hidden(v) for k, v in event_dict.items()}
+
+
+def _hidden(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value) if "@" in value else value
+    if isinstance(value, list | tuple):
+        return [_hidden(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _hidden(v) for k, v in value.items()}
+    return value
 
 
 def _identity(
