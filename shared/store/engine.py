@@ -41,6 +41,9 @@ def create_engine(cfg: DatabaseConfig, url: str) -> AsyncEngine:
         max_overflow=cfg.pool_size,
         pool_pre_ping=True,  # a restarted Postgres leaves dead connections in the pool
         pool_recycle=1800,
+        # a failed statement's error must not carry its parameters (user messages, model
+        # replies) into the logs
+        hide_parameters=True,
         connect_args={
             "timeout": cfg.connect_timeout,
             "server_settings": {
