@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +75,28 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return openai_error(500, "internal error (logged by the model server)", "server_error")
 
 
+MAX_BODY_BYTES = 4 << 20
+"""Largest request body (413 above): far more text than any context window served here holds,
+and a 20 MB body blocked the event loop for 47 s (issue 14)."""
+
+
 class ModelServer:
     def __init__(
-        self, engine: Engine, prompts: PromptBuilder, served_name: str, max_context: int
+        self,
+        engine: Engine,
+        prompts: PromptBuilder,
+        served_name: str,
+        max_context: int,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.engine = engine
         self.prompts = prompts
         self.served_name = served_name
         self.max_context = max_context
+        self.max_body_bytes = max_body_bytes
+        # templating and tokenizing a long conversation takes seconds: one thread of its own
+        # (the tokenizer is not shared between threads), never the event loop
+        self._prompt_thread = ThreadPoolExecutor(1, thread_name_prefix="prompts")
         self.created = int(time.time())
         self.vocab = engine.model.get_input_embeddings().num_embeddings
         self.registry = CollectorRegistry()
@@ -109,7 +124,9 @@ class ModelServer:
         )
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors, errors], client_max_size=32 * 1024 * 1024)
+        app = web.Application(
+            middlewares=[json_errors, errors], client_max_size=self.max_body_bytes
+        )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -129,7 +146,10 @@ class ModelServer:
             raise ApiError(400, f"invalid request: {exc}") from exc
         adapter = self._adapter_for(req.model)
         params = self._params(req)
-        prompt_ids, prefix = self.prompts.build(req)
+        loop = asyncio.get_running_loop()
+        prompt_ids, prefix = await loop.run_in_executor(
+            self._prompt_thread, self.prompts.build, req
+        )
         self._check_fits(prompt_ids, params)
         if req.stream:
             return await self._stream(request, req, prompt_ids, prefix, params, adapter)

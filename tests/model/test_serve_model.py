@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from shared.serving.api import MAX_BODY_BYTES
 from shared.serving.engine import Engine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -76,6 +77,10 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     )
     resp = await client.post("/v1/chat/completions", data=b"{not json")
     assert resp.status == 400 and "invalid request" in (await resp.json())["error"]["message"]
+    # a body past the limit: 413 in the OpenAI shape, before anything is read into a prompt
+    huge = chat("x" * (MAX_BODY_BYTES + 1))
+    resp = await client.post("/v1/chat/completions", json=huge)
+    assert resp.status == 413 and (await resp.json())["error"]["code"] == 413
     # max_tokens 0 was read as "unset" and generated the default 256 tokens
     assert "max_tokens" in (await post(client, chat("hi", max_tokens=0), 400))["error"]["message"]
     # aiohttp's own errors (no route, wrong method) in the OpenAI shape, not text/plain
