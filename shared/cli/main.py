@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import secrets
 import signal
 import sys
 import time
@@ -144,6 +145,8 @@ async def _run_supervisor(
     env["RETRACE_DATABASE_SCHEMA"] = cfg.database.schema
     if served is not None:
         env["RETRACE_MODEL_URL"] = f"http://127.0.0.1:{state.services[MODEL]}/v1"
+        # one key for the model server this `up` starts and every service that calls it
+        env.setdefault("RETRACE_MODEL_API_KEY", secrets.token_urlsafe(24))
     sup = Supervisor(state.services, env, cfg.storage.data_path / "logs", model=served)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,6 +11,9 @@ from shared.errors import ConfigError
 from shared.logging import configure_logging
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
+UNSET_KEY = "EMPTY"
+"""What clients send when `RETRACE_MODEL_API_KEY` is unset (the OpenAI SDK's placeholder)."""
+
 
 @click.command("serve-model")
 @click.option(
@@ -41,6 +44,13 @@ from shared.serving.packaged import DEFAULT_AGENT_MODEL
 @click.option(
     "--threads", default=None, type=int, help="torch CPU threads (default: torch's choice)."
 )
+@click.option(
+    "--api-key",
+    envvar="RETRACE_MODEL_API_KEY",
+    default=None,
+    help="Bearer token every route but /healthz requires (the variable the services send it "
+    "from; `retrace up` generates one). Unset: no key, for a port only you can reach.",
+)
 def serve_model(
     model: str,
     served_name: str | None,
@@ -50,6 +60,7 @@ def serve_model(
     batch_window_ms: float,
     kv_cache_mb: int,
     threads: int | None,
+    api_key: str | None,
 ) -> None:
     """Serve a model over the OpenAI-compatible API (chat, tools, LoRA adapters), CPU or GPU."""
     try:
@@ -69,6 +80,7 @@ def serve_model(
         batch_window_ms=batch_window_ms,
         kv_cache_mb=kv_cache_mb,
         threads=threads,
+        api_key=api_key if api_key and api_key != UNSET_KEY else None,
     )
     try:
         asyncio.run(serve(serve_cfg))

@@ -4,6 +4,7 @@ LoRA endpoints. Every request is validated; a bad one gets a 4xx with an OpenAI 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import time
 import uuid
@@ -75,6 +76,8 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return openai_error(500, "internal error (logged by the model server)", "server_error")
 
 
+OPEN_PATHS = frozenset({"/healthz", "/health"})
+"""What the model server answers without its key: whether it is up."""
 MAX_BODY_BYTES = 4 << 20
 """Largest request body (413 above): far more text than any context window served here holds,
 and a 20 MB body blocked the event loop for 47 s (issue 14)."""
@@ -88,7 +91,10 @@ class ModelServer:
         served_name: str,
         max_context: int,
         max_body_bytes: int = MAX_BODY_BYTES,
+        api_key: str | None = None,
     ) -> None:
+        self.api_key = api_key
+        """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
         self.engine = engine
         self.prompts = prompts
         self.served_name = served_name
@@ -125,7 +131,8 @@ class ModelServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[json_errors, errors], client_max_size=self.max_body_bytes
+            middlewares=[json_errors, self.authorized, errors],
+            client_max_size=self.max_body_bytes,
         )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
@@ -136,6 +143,18 @@ class ModelServer:
         app.router.add_get("/health", self.health)  # vLLM's path
         app.router.add_get("/metrics", self.metrics)
         return app
+
+    @web.middleware
+    async def authorized(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """The server's key on every route but health: without it, anyone who reached the
+        port could chat with any tenant's adapter, list them with their paths, load any path
+        or unload every adapter (issue 14)."""
+        if self.api_key is None or request.path in OPEN_PATHS:
+            return await handler(request)
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            return openai_error(401, "this model server needs its key as a bearer token")
+        return await handler(request)
 
     # -- chat -------------------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:

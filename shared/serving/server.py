@@ -31,6 +31,9 @@ class ServeConfig:
     kv_cache_mb: int = 4096
     threads: int | None = None
     cache_dir: Path = DEFAULT_CACHE
+    api_key: str | None = None
+    """Required as a bearer token on every route but health (None: open to whoever reaches
+    the port; keep it on 127.0.0.1 then)."""
 
 
 def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
@@ -50,7 +53,8 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
     )
     name = cfg.served_name or cfg.model
     context = int(getattr(model.config, "max_position_embeddings", 2048))
-    return ModelServer(engine, PromptBuilder(tokenizer), name, context), engine
+    server = ModelServer(engine, PromptBuilder(tokenizer), name, context, api_key=cfg.api_key)
+    return server, engine
 
 
 async def serve(cfg: ServeConfig) -> None:
@@ -65,7 +69,14 @@ async def serve(cfg: ServeConfig) -> None:
         host=cfg.host,
         port=cfg.port,
         max_batch=cfg.max_batch,
+        key_required=cfg.api_key is not None,
     )
+    if cfg.api_key is None:
+        log.warning(
+            "model server without a key: whoever reaches the port can use and change its "
+            "adapters (set RETRACE_MODEL_API_KEY)",
+            host=cfg.host,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

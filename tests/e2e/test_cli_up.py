@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from shared.cli.context import SERVICES
 from shared.cli.supervisor import MODEL, MODEL_PORT
+from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 _SCRIPT = Path(sys.executable).parent / "retrace"
@@ -140,6 +143,27 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
 
         second = cli(env, "up", "--port-offset", str(offset))
         assert second.returncode != 0 and "already running" in second.stderr
+
+        if MODEL in expected:
+            # the model server `up` started takes requests only with the key `up` gave it and
+            # every service: a chat through the router is answered, a direct one refused
+            key = created.stdout.split("API key (shown once): ")[1].split()[0]
+            served = cli(
+                env, "agent", "create", "qwen-bot", "--tenant", "acme", "--model",
+                DEFAULT_AGENT_MODEL, "--env", "toolbox",
+            )  # fmt: skip
+            assert served.returncode == 0, served.stderr
+            body = {
+                "model": "qwen-bot",
+                "messages": [{"role": "user", "content": "Say hi."}],
+                "max_tokens": 2,
+            }
+            router = f"http://127.0.0.1:{SERVICES['router'] + offset}/v1/chat/completions"
+            status, answer = _post(router, body, key)
+            assert status == 200 and answer["choices"], answer
+            model = f"http://127.0.0.1:{MODEL_PORT + offset}/v1/chat/completions"
+            status, refused = _post(model, {**body, "model": DEFAULT_AGENT_MODEL}, None)
+            assert status == 401 and refused["error"]["code"] == 401, refused
     finally:
         up.send_signal(signal.SIGTERM)
         out, _ = up.communicate(timeout=90)
@@ -147,6 +171,18 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
     after = cli(env, "status", "--json")
     assert after.returncode == 1
     assert json.loads(after.stdout)["running"] is False
+
+
+def _post(url: str, body: dict[str, object], key: str | None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=300) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 @contextmanager

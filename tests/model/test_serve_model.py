@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
-from shared.serving.api import MAX_BODY_BYTES
+from shared.serving.api import MAX_BODY_BYTES, ModelServer
 from shared.serving.engine import Engine
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -314,3 +314,35 @@ async def test_abandoned_requests_stop_generating(loaded: tuple[object, Engine])
     await asyncio.sleep(2.0)
     assert engine.stats.generated_tokens == settled  # nothing more is generated for nobody
     assert settled - before < 300  # far from the 600 a finished request would have cost
+
+
+async def test_with_a_key_only_health_is_open(loaded: tuple[object, Engine]) -> None:
+    """Without a key anyone who reached the port could chat with any tenant's adapter, list
+    the adapters with their paths, load any path or unload them all (issue 14)."""
+    open_server, engine = loaded
+    keyed = ModelServer(
+        engine,
+        open_server.prompts,  # type: ignore[attr-defined]
+        "smollm2",
+        open_server.max_context,  # type: ignore[attr-defined]
+        api_key="s3cret-key",
+    )
+    async with TestClient(TestServer(keyed.app())) as c:
+        assert (await c.get("/healthz")).status == 200
+        for method, path in (
+            ("GET", "/v1/models"),
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/load_lora_adapter"),
+            ("POST", "/v1/unload_lora_adapter"),
+            ("GET", "/metrics"),
+        ):
+            for token in (None, "wrong", "s3cret-ke"):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                resp = await c.request(method, path, headers=headers, json={})
+                assert resp.status == 401, (method, path, token)
+                assert (await resp.json())["error"]["code"] == 401
+        good = {"Authorization": "Bearer s3cret-key"}
+        listed = await c.get("/v1/models", headers=good)
+        assert listed.status == 200 and (await listed.json())["data"][0]["id"] == "smollm2"
+        answered = await c.post("/v1/chat/completions", json=chat("Hi."), headers=good)
+        assert answered.status == 200
