@@ -400,7 +400,13 @@ def test_vllm_serves_runtime_loras(services: dict[str, dict[str, Any]]) -> None:
     assert "Qwen/Qwen2.5-Coder-0.5B-Instruct" in cmd
     assert f"--served-model-name ${{RETRACE_VLLM_SERVED_NAME:-{DEFAULT_AGENT_MODEL}}}" in cmd
     assert _env(vllm).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True"
-    assert "8000:8000" in [str(p) for p in vllm.get("ports") or []]
+    # on the host's loopback only, and keyed with the key every service sends
+    assert [str(p) for p in vllm.get("ports") or []] == ["127.0.0.1:8000:8000"]
+    key = "${RETRACE_MODEL_API_KEY:-retrace-local-model-key}"
+    assert f"--api-key {key}" in cmd
+    for name, svc in services.items():
+        if _env(svc).get("RETRACE_MODEL_URL"):
+            assert _env(svc).get("RETRACE_MODEL_API_KEY") == key, name
 
 
 def test_train_gpu_builds_the_train_extra(services: dict[str, dict[str, Any]]) -> None:
