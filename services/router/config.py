@@ -28,3 +28,9 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     profile_ttl_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
     """How long an agent's adapter profiles are cached (a promotion shows after this)."""
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
+    """Largest request body (413 above)."""
+    tenant_rate: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Requests a second each tenant may make, sustained (429 with Retry-After above);
+    None: no limit."""
+    tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
+    """Requests a tenant may make at once after being idle, under `tenant_rate`."""

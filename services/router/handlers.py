@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from services.router.config import RouterConfig
 from services.router.conversations import prefix_tips, tip
+from services.router.limits import TenantLimits
 from shared.embeddings import default_embedder
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
@@ -61,10 +62,13 @@ class Feedback(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     success: bool | None = None
 
 
-def error(status: int, message: str, kind: str | None = None) -> web.Response:
+def error(
+    status: int, message: str, kind: str | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
     """An OpenAI-shaped error; a 503 says when to try again (`Retry-After`)."""
-    retry = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
-    return openai_error(status, message, kind, headers=retry)
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S), **(headers or {})}
+    return openai_error(status, message, kind, headers=headers)
 
 
 RETRY_AFTER_S = 2
@@ -107,6 +111,9 @@ class RouterApp:
         if not self.upstream.endswith("/v1"):
             self.upstream += "/v1"
         self._http: aiohttp.ClientSession | None = None
+        self.limits = (
+            TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
+        )
         self._profiles: dict[tuple[str, uuid.UUID], tuple[float, list[Candidate]]] = {}
         self.route_seconds: Histogram | None = None
         self.routed: Counter | None = None
@@ -159,6 +166,16 @@ class RouterApp:
             tenant = await tenant_for_key(session, auth[7:].strip())
         if tenant is None:
             return error(401, "unknown or revoked API key", "authentication_error")
+        if self.limits is not None:
+            wait_s = self.limits.take(tenant)
+            if wait_s > 0:
+                if self.routed is not None:
+                    self.routed.labels("-", "rate_limited").inc()
+                return error(
+                    429,
+                    f"rate limit: {self.limits.rate:g} requests a second for this tenant",
+                    headers={"Retry-After": TenantLimits.retry_after(wait_s)},
+                )
         return tenant
 
     async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:

@@ -338,6 +338,55 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
     assert upstream.models == []  # none reached the model server
 
 
+async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+        await create_tenant(session, "other")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+        await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    async with store.tenant("other") as session:
+        other_key = await issue_api_key(session, "other")
+    upstream = Upstream()
+    server = TestServer(upstream.app())
+    await server.start_server()
+    port = _free_port()
+    cfg = RouterConfig(
+        **{
+            **_fields(service_cfg),
+            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+            "http": HttpConfig(port=port),
+        },  # type: ignore[arg-type]
+        mode="base",
+        tenant_rate=0.2,
+        tenant_burst=2,
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    url = f"http://127.0.0.1:{port}"
+    alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            first = [await _chat(http, url, key, alarm) for _ in range(2)]
+            assert [status for status, _, _ in first] == [200, 200]
+            status, headers, payload = await _chat(http, url, key, alarm)
+            assert status == 429 and payload["error"]["code"] == 429, payload
+            assert 1 <= int(headers["Retry-After"]) <= 5
+            # another tenant is not held back by this one
+            async with http.get(
+                f"{url}/v1/models", headers={"Authorization": f"Bearer {other_key}"}
+            ) as r:
+                assert r.status == 200
+        assert len(upstream.models) == 2  # the refused request never reached the model
+    finally:
+        service.stop()
+        await run
+        await server.close()
+
+
 async def test_a_stopping_router_finishes_the_requests_in_flight(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
