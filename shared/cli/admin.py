@@ -14,7 +14,13 @@ from shared.cli.context import load_settings, make_console, open_store, urls
 from shared.errors import PermanentError
 from shared.store import migrate as migrations
 from shared.store.agents import create_agent, list_agents
-from shared.store.tenants import create_tenant, issue_api_key, list_tenants
+from shared.store.tenants import (
+    create_tenant,
+    issue_api_key,
+    list_api_keys,
+    list_tenants,
+    revoke_api_key,
+)
 
 console = make_console()
 DEFAULT_TENANT = "default"
@@ -57,6 +63,81 @@ def tenant_create(tenant_id: str, name: str | None) -> None:
     key = _run(run())
     console.print(f"tenant [bold]{tenant_id}[/bold] created")
     console.print(f"API key (shown once): {key}")
+
+
+@tenant.group("key")
+def tenant_key() -> None:
+    """A tenant's API keys: create, list, revoke, rotate."""
+
+
+@tenant_key.command("create")
+@click.argument("tenant_id")
+@click.option("--name", default="default", show_default=True, help="What the key is for.")
+def key_create(tenant_id: str, name: str) -> None:
+    """Issue another key (shown once, stored hashed)."""
+    cfg = load_settings()
+
+    async def run() -> str:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            return await issue_api_key(session, tenant_id, name)
+
+    console.print(f"API key (shown once): {_run(run())}")
+
+
+@tenant_key.command("list")
+@click.argument("tenant_id")
+def key_list(tenant_id: str) -> None:
+    """The tenant's keys by prefix (the keys themselves are not stored)."""
+    cfg = load_settings()
+
+    async def run() -> list[tuple[str, str, str, str]]:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            return [
+                (
+                    k.prefix,
+                    k.name,
+                    k.created_at.isoformat(),
+                    k.revoked_at.isoformat() if k.revoked_at else "-",
+                )
+                for k in await list_api_keys(session)
+            ]
+
+    table = Table(title=f"API keys of {tenant_id}")
+    for col in ("prefix", "name", "created", "revoked"):
+        table.add_column(col)
+    for row in _run(run()):
+        table.add_row(*row)
+    console.print(table)
+
+
+@tenant_key.command("revoke")
+@click.argument("tenant_id")
+@click.argument("prefix")
+def key_revoke(tenant_id: str, prefix: str) -> None:
+    """Revoke the key starting with PREFIX (from `key list`): refused from the next request."""
+    cfg = load_settings()
+
+    async def run() -> str:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            return (await revoke_api_key(session, prefix)).prefix
+
+    console.print(f"revoked {_run(run())}...")
+
+
+@tenant_key.command("rotate")
+@click.argument("tenant_id")
+@click.argument("prefix")
+def key_rotate(tenant_id: str, prefix: str) -> None:
+    """Issue a new key with the old one's name and revoke the old one, in one step."""
+    cfg = load_settings()
+
+    async def run() -> str:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            old = await revoke_api_key(session, prefix)
+            return await issue_api_key(session, tenant_id, old.name)
+
+    key = _run(run())
+    console.print(f"revoked {prefix[:16]}...; new API key (shown once): {key}")
 
 
 @tenant.command("list")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,6 +41,38 @@ async def issue_api_key(session: AsyncSession, tenant_id: str, name: str = "defa
     session.add(ApiKey(tenant_id=tenant_id, name=name, prefix=key[:16], key_hash=hash_key(key)))
     await session.flush()
     return key
+
+
+class UnknownKeyError(PermanentError):
+    """No live key of the tenant starts with that prefix (or more than one does)."""
+
+
+async def list_api_keys(session: AsyncSession) -> list[ApiKey]:
+    """The session's tenant's keys, newest first, revoked ones included."""
+    return list(await session.scalars(select(ApiKey).order_by(ApiKey.created_at.desc())))
+
+
+async def revoke_api_key(session: AsyncSession, prefix: str) -> ApiKey:
+    """Revoke the session tenant's live key that starts with `prefix` (at least the 16
+    characters `retrace tenant key list` shows); the router refuses it from its next request."""
+    if len(prefix) < 8:
+        raise UnknownKeyError("give at least the first 8 characters of the key")
+    live = [
+        k
+        for k in await session.scalars(
+            select(ApiKey).where(ApiKey.revoked_at.is_(None), ApiKey.prefix.startswith(prefix[:16]))
+        )
+        if len(prefix) <= 16 or k.key_hash == hash_key(prefix)
+    ]
+    if len(live) != 1:
+        raise UnknownKeyError(
+            f"no live key starts with {prefix[:16]!r}"
+            if not live
+            else f"{len(live)} live keys start with {prefix[:16]!r}: give more of it"
+        )
+    live[0].revoked_at = datetime.now(UTC)
+    await session.flush()
+    return live[0]
 
 
 async def tenant_for_key(session: AsyncSession, key: str) -> str | None:

@@ -144,6 +144,20 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
         second = cli(env, "up", "--port-offset", str(offset))
         assert second.returncode != 0 and "already running" in second.stderr
 
+        # keys: another one, listed by prefix, rotated (the old one revoked), revoked
+        made_key = cli(env, "tenant", "key", "create", "acme", "--name", "ci")
+        assert made_key.returncode == 0 and "rt_acme_" in made_key.stdout, made_key.stderr
+        ci_key = made_key.stdout.split("API key (shown once): ")[1].split()[0]
+        listed_keys = cli(env, "tenant", "key", "list", "acme")
+        assert ci_key[:16] in listed_keys.stdout and "ci" in listed_keys.stdout
+        rotated = cli(env, "tenant", "key", "rotate", "acme", ci_key[:16])
+        assert rotated.returncode == 0 and "new API key (shown once): rt_acme_" in rotated.stdout
+        new_key = rotated.stdout.split("new API key (shown once): ")[1].split()[0]
+        again = cli(env, "tenant", "key", "revoke", "acme", ci_key[:16])
+        assert again.returncode == 1 and "no live key" in again.stderr
+        assert cli(env, "tenant", "key", "revoke", "acme", new_key[:16]).returncode == 0
+        assert "Traceback" not in again.stderr
+
         if MODEL in expected:
             # the model server `up` started takes requests only with the key `up` gave it and
             # every service: a chat through the router is answered, a direct one refused

@@ -27,7 +27,7 @@ from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Adapter, Capability, Conversation, Trajectory
-from shared.store.tenants import create_tenant, issue_api_key
+from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from tests.integration.test_delivery import eventually, healthy
 from tests.support.transactions import open_transactions
 
@@ -336,6 +336,22 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
                 body = await r.json()
                 assert r.status == 400 and body["error"]["code"] == 400, (what, body)
     assert upstream.models == []  # none reached the model server
+
+
+async def test_a_revoked_key_is_refused_from_its_next_request(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    url, _, _, _ = router
+    async with store.tenant("acme") as session:
+        spare = await issue_api_key(session, "acme", "spare")
+    async with aiohttp.ClientSession() as http:
+        headers = {"Authorization": f"Bearer {spare}"}
+        async with http.get(f"{url}/v1/models", headers=headers) as r:
+            assert r.status == 200
+        async with store.tenant("acme") as session:
+            await revoke_api_key(session, spare[:16])
+        async with http.get(f"{url}/v1/models", headers=headers) as r:
+            assert r.status == 401 and "revoked" in (await r.json())["error"]["message"]
 
 
 async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
