@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -49,7 +50,7 @@ from shared.routing.profiles import first_user_text, profiles
 from shared.runtime.service import Service
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
-from shared.store.tenants import tenant_for_key
+from shared.store.tenants import live_key
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
@@ -92,6 +93,23 @@ async def _store_unavailable(request: web.Request, handler: Handler) -> web.Stre
     except STORE_ERRORS as exc:
         log.warning("store unavailable", path=request.path, error=repr(exc))
         return error(503, f"the store is unavailable, try again: {exc}", "service_unavailable")
+
+
+API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
+"""The request's key (its row id), for scoping conversations to the caller."""
+
+
+@dataclass
+class Turn:
+    """One request's place in its conversation."""
+
+    tenant: str
+    conversation_id: uuid.UUID
+    found_tip: str
+    """The conversation's tip when this request found it ("" for a new one)."""
+    found_turns: int
+    branched: uuid.UUID | None = None
+    """The branch this turn went to, when another turn got there first."""
 
 
 class RouterApp:
@@ -163,9 +181,11 @@ class RouterApp:
             return error(401, "missing bearer token (a tenant API key)", "authentication_error")
         assert self.service is not None and self.service.store is not None
         async with self.service.store.cross_tenant() as session:
-            tenant = await tenant_for_key(session, auth[7:].strip())
-        if tenant is None:
+            key = await live_key(session, auth[7:].strip())
+        if key is None:
             return error(401, "unknown or revoked API key", "authentication_error")
+        tenant = key.tenant_id
+        request[API_KEY_ID] = key.id
         if self.limits is not None:
             wait_s = self.limits.take(tenant)
             if wait_s > 0:
@@ -239,6 +259,7 @@ class RouterApp:
             conversation = Conversation(
                 agent_id=agent.id,
                 adapter_id=decision.adapter.adapter_id if decision.adapter else None,
+                api_key_id=request.get(API_KEY_ID),
                 tip="",
                 route=decision.record(),
             )
@@ -250,16 +271,14 @@ class RouterApp:
                 await self.served.ensure(target, artifact)
             except (PermanentError, LLMError, aiohttp.ClientError, TimeoutError) as exc:
                 return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
-        conversation_id = conversation.id
+        turn = Turn(tenant, conversation.id, conversation.tip, conversation.turns)
         if self.route_seconds is not None:
             self.route_seconds.observe(time.perf_counter() - started)
         body["model"] = target
-        headers = {CONVERSATION_HEADER: str(conversation_id), ADAPTER_HEADER: target}
+        headers = {CONVERSATION_HEADER: str(conversation.id), ADAPTER_HEADER: target}
         if req.stream:
-            return await self._relay_stream(
-                request, tenant, body, messages, conversation_id, headers
-            )
-        return await self._relay(tenant, body, messages, conversation_id, headers)
+            return await self._relay_stream(request, turn, body, messages, headers)
+        return await self._relay(turn, body, messages, headers)
 
     async def _find(
         self,
@@ -279,10 +298,13 @@ class RouterApp:
         tips = prefix_tips(messages)
         if not tips:
             return None
+        # the history hash is a fallback, and only within the caller's own key: two users
+        # who open alike must not share a conversation on their second turn
         rows = list(
             await session.scalars(
                 select(Conversation).where(
                     Conversation.agent_id == agent.id,
+                    Conversation.api_key_id == request.get(API_KEY_ID),
                     Conversation.tip.in_([h for _, h in tips]),
                 )
             )
@@ -345,10 +367,9 @@ class RouterApp:
 
     async def _relay(
         self,
-        tenant: str,
+        turn: Turn,
         body: dict[str, Any],
         messages: list[dict[str, Any]],
-        conversation_id: uuid.UUID,
         headers: dict[str, str],
     ) -> web.Response:
         started = time.perf_counter()
@@ -372,13 +393,14 @@ class RouterApp:
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
         await self._record(
-            tenant,
-            conversation_id,
+            turn,
             body["model"],
             [*messages, _assistant(reply)],
             int(usage.get("completion_tokens", 0)),
             (time.perf_counter() - started) * 1000,
         )
+        if turn.branched is not None:  # the conversation this reply belongs to now
+            headers = {**headers, CONVERSATION_HEADER: str(turn.branched)}
         self._count(headers, "ok")
         return web.Response(
             body=payload, status=200, content_type="application/json", headers=headers
@@ -387,10 +409,9 @@ class RouterApp:
     async def _relay_stream(
         self,
         request: web.Request,
-        tenant: str,
+        turn: Turn,
         body: dict[str, Any],
         messages: list[dict[str, Any]],
-        conversation_id: uuid.UUID,
         headers: dict[str, str],
     ) -> web.StreamResponse:
         started = time.perf_counter()
@@ -427,8 +448,7 @@ class RouterApp:
             "tool_calls": [calls[i] for i in sorted(calls)] or None,
         }
         await self._record(
-            tenant,
-            conversation_id,
+            turn,
             body["model"],
             [*messages, _assistant(reply)],
             0,
@@ -444,8 +464,7 @@ class RouterApp:
 
     async def _record(
         self,
-        tenant: str,
-        conversation_id: uuid.UUID,
+        turn: Turn,
         model: str,
         messages: list[dict[str, Any]],
         tokens: int,
@@ -454,28 +473,45 @@ class RouterApp:
         """Keep the turn as a production trajectory; a store failure is logged, not turned
         into an error for a reply that is already generated (or already streaming)."""
         try:
-            await self._keep_turn(tenant, conversation_id, model, messages, tokens, latency_ms)
+            await self._keep_turn(turn, model, messages, tokens, latency_ms)
         except STORE_ERRORS as exc:
             log.warning(
                 "production trajectory not recorded",
-                conversation=str(conversation_id),
+                conversation=str(turn.conversation_id),
                 error=repr(exc),
             )
 
     async def _keep_turn(
         self,
-        tenant: str,
-        conversation_id: uuid.UUID,
+        turn: Turn,
         model: str,
         messages: list[dict[str, Any]],
         tokens: int,
         latency_ms: float,
     ) -> None:
+        """The conversation's trajectory takes the turn. When another turn of the same
+        conversation was recorded since this request found it (two requests continued one
+        history at once), this turn becomes a branch of its own: a new conversation with the
+        same route, so neither turn overwrites the other."""
         assert self.service is not None and self.service.store is not None
-        async with self.service.store.tenant(tenant) as session:
-            conversation = await session.get(Conversation, conversation_id, with_for_update=True)
+        async with self.service.store.tenant(turn.tenant) as session:
+            conversation = await session.get(
+                Conversation, turn.conversation_id, with_for_update=True
+            )
             if conversation is None:
                 return
+            if conversation.tip != turn.found_tip:
+                conversation = Conversation(
+                    agent_id=conversation.agent_id,
+                    adapter_id=conversation.adapter_id,
+                    api_key_id=conversation.api_key_id,
+                    tip="",
+                    route={**conversation.route, "branch_of": str(conversation.id)},
+                    turns=turn.found_turns,
+                )
+                session.add(conversation)
+                await session.flush()
+                turn.branched = conversation.id
             trajectory = (
                 await session.get(Trajectory, conversation.trajectory_id)
                 if conversation.trajectory_id

@@ -328,6 +328,10 @@ class Conversation(TenantOwned, Base):
     adapter_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("adapters.id", ondelete="SET NULL")
     )
+    api_key_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="SET NULL")
+    )
+    """The key the conversation was opened with: its history hash is looked up only there."""
     tip: Mapped[str] = mapped_column(String(64))
     route: Mapped[dict[str, Any]] = mapped_column(default=dict)
     """How it was routed: mode, chosen adapter, confidence, every candidate's score."""

@@ -75,6 +75,13 @@ async def revoke_api_key(session: AsyncSession, prefix: str) -> ApiKey:
     return live[0]
 
 
+async def live_key(session: AsyncSession, key: str) -> ApiKey | None:
+    """The live (unrevoked) key row a presented key is, or None (a cross-tenant session)."""
+    return await session.scalar(
+        select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+    )
+
+
 async def tenant_for_key(session: AsyncSession, key: str) -> str | None:
     """The tenant a presented key belongs to, or None (needs a cross-tenant session)."""
     row = await session.scalar(

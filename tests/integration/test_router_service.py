@@ -338,6 +338,53 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
     assert upstream.models == []  # none reached the model server
 
 
+async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """Issue 14: two users who opened with the same message shared a conversation on their
+    second turn (the history hash was global to the agent), and of two turns sent at once on
+    one conversation the later overwrote the earlier."""
+    url, key, upstream, _ = router
+    async with store.tenant("acme") as session:
+        other_key = await issue_api_key(session, "acme", "another app")
+    hello = [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    async with aiohttp.ClientSession() as http:
+        ids = []
+        for k in (key, other_key):
+            _, headers, _ = await _chat(http, url, k, {"model": "bot", "messages": hello})
+            ids.append(headers["X-Retrace-Conversation"])
+        follow = [*hello, {"role": "assistant", "content": "Done."}]
+        again = []
+        for k in (key, other_key):
+            turn = [*follow, {"role": "user", "content": f"Thanks from {k[-4:]}"}]
+            _, headers, _ = await _chat(http, url, k, {"model": "bot", "messages": turn})
+            again.append(headers["X-Retrace-Conversation"])
+        assert again == ids and ids[0] != ids[1]  # each key continues its own
+
+        # two turns at once on the first conversation: both kept, as two branches
+        upstream.delay = 1.0
+        tails = [
+            [*follow, {"role": "user", "content": "Thanks from " + key[-4:]},
+             {"role": "assistant", "content": "Done."}, {"role": "user", "content": text}]
+            for text in ("And the Night Watch?", "And Guernica?")
+        ]  # fmt: skip
+        both = await asyncio.gather(
+            *(_chat(http, url, key, {"model": "bot", "messages": t}) for t in tails)
+        )
+    assert [status for status, _, _ in both] == [200, 200]
+    landed = {h["X-Retrace-Conversation"] for _, h, _ in both}
+    assert len(landed) == 2 and ids[0] in landed
+    async with store.tenant("acme") as session:
+        kept = {}
+        for cid in landed:
+            conversation = await session.get(Conversation, uuid.UUID(cid))
+            assert conversation is not None and conversation.trajectory_id is not None
+            trajectory = await session.get(Trajectory, conversation.trajectory_id)
+            assert trajectory is not None
+            kept[cid] = trajectory.messages[-2]["content"]
+    assert sorted(kept.values()) == ["And Guernica?", "And the Night Watch?"]
+
+
 async def test_a_revoked_key_is_refused_from_its_next_request(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
 ) -> None:
