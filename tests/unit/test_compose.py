@@ -44,6 +44,7 @@ EXPECTED_PORTS = {
 ARTIFACT_DIR = "/var/lib/retrace/artifacts"
 ARTIFACT_USERS = {"train", "router", "evaluator"}
 GPU_PROFILE_SERVICES = {"vllm", "train-gpu"}
+NATS_PASSWORD = "${RETRACE_NATS_PASSWORD:-retrace-local-nats}"
 
 # Go-style durations, as Compose reads them ("10s", "1m30s", "500ms").
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
@@ -301,7 +302,8 @@ def test_http_ports_and_environment(services: dict[str, dict[str, Any]]) -> None
         if runs in EXPECTED_PORTS:
             assert env.get("RETRACE_HTTP_PORT") == str(EXPECTED_PORTS[runs]), name
         assert env.get("RETRACE_HTTP_HOST") == "0.0.0.0", name
-        assert env.get("RETRACE_NATS_URL") == "nats://nats:4222", name
+        # with the user and password nats requires (no anonymous clients)
+        assert env.get("RETRACE_NATS_URL") == f"nats://retrace:{NATS_PASSWORD}@nats:4222", name
         assert env.get("RETRACE_DATABASE_URL", "").startswith("postgresql+asyncpg://"), name
         assert "@postgres:5432/" in (env.get("RETRACE_DATABASE_URL") or ""), name
         assert env.get("RETRACE_LOG_FORMAT") == "json", name
@@ -434,6 +436,8 @@ def test_nats_jetstream_on_a_volume(services: dict[str, dict[str, Any]]) -> None
     store = cmd[cmd.index("--store_dir") + 1] if "--store_dir" in cmd else cmd[cmd.index("-sd") + 1]
     assert store in _volume_mounts(nats)
     assert "8222" in cmd and ("-m" in cmd or "--http_port" in cmd)
+    assert cmd[cmd.index("--user") + 1] == "retrace"
+    assert cmd[cmd.index("--pass") + 1] == NATS_PASSWORD
 
 
 def test_postgres(services: dict[str, dict[str, Any]]) -> None:
