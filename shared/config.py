@@ -111,6 +111,9 @@ class HttpConfig(msgspec.Struct, kw_only=True, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 0
     """0 picks the service's default port."""
+    metrics_key: str | None = None
+    """Bearer token `/metrics` requires (`RETRACE_HTTP_METRICS_KEY`); unset: open. Set it
+    where the port is public (the router's): its metrics name every tenant's adapters."""
 
 
 class LogConfig(msgspec.Struct, kw_only=True, frozen=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import Awaitable, Callable
 
@@ -30,6 +31,7 @@ def build_app(
     metrics: ServiceMetrics,
     health: Callable[[], Awaitable[Health]],
     routes: Callable[[web.Application], None] | None = None,
+    metrics_key: str | None = None,
 ) -> web.Application:
     app = web.Application()
 
@@ -41,7 +43,20 @@ def build_app(
             content_type="application/json",
         )
 
-    async def prometheus(_: web.Request) -> web.Response:
+    async def prometheus(request: web.Request) -> web.Response:
+        if metrics_key is not None:
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), metrics_key.encode()):
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": "/metrics needs its key",
+                            "type": "authentication_error",
+                            "code": 401,
+                        }
+                    },
+                    status=401,
+                )
         return web.Response(
             body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

@@ -166,7 +166,7 @@ class Service:
 
     async def _serve_http(self) -> web.AppRunner:
         runner = web.AppRunner(
-            build_app(self.metrics, self.health, self.routes),
+            build_app(self.metrics, self.health, self.routes, self.cfg.http.metrics_key),
             access_log=None,
             shutdown_timeout=self.cfg.consumer.shutdown_grace,
         )

@@ -450,6 +450,36 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
         await server.close()
 
 
+async def test_metrics_need_their_key_when_one_is_set(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The router's /metrics, on its public port, name every tenant's adapters (issue 14)."""
+    port = _free_port()
+    cfg = RouterConfig(
+        **{
+            **_fields(service_cfg),
+            "model": ModelConfig(url="http://127.0.0.1:9/v1"),
+            "http": HttpConfig(port=port, metrics_key="scrape-key"),
+        },  # type: ignore[arg-type]
+        mode="base",
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    try:
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{port}/metrics"
+            async with http.get(url) as r:
+                assert r.status == 401 and (await r.json())["error"]["code"] == 401
+            async with http.get(url, headers={"Authorization": "Bearer scrape-key"}) as r:
+                assert r.status == 200 and "retrace_" in await r.text()
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert r.status == 200  # health stays open
+    finally:
+        service.stop()
+        await run
+
+
 async def test_a_stopping_router_finishes_the_requests_in_flight(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
