@@ -34,3 +34,6 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     None: no limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
+    unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    """Answered turns kept in memory while the store refuses them, recorded once it is back
+    (over this, the oldest wait and new ones are logged as lost)."""

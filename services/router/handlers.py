@@ -10,6 +10,9 @@ as a production trajectory. POST /v1/feedback reports a conversation's outcome. 
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import json
 import time
 import uuid
@@ -129,6 +132,13 @@ class RouterApp:
         if not self.upstream.endswith("/v1"):
             self.upstream += "/v1"
         self._http: aiohttp.ClientSession | None = None
+        self._unrecorded: collections.deque[tuple[Turn, str, list[dict[str, Any]], int, float]] = (
+            collections.deque()
+        )
+        """Turns answered while the store refused them, waiting to be recorded."""
+        self._retry_wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._retrier: asyncio.Task[None] | None = None
         self.limits = (
             TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
         )
@@ -159,6 +169,14 @@ class RouterApp:
         app.router.add_get("/v1/models", self.models)
 
     async def close(self, _: Service) -> None:
+        if self._retrier is not None:
+            if self._unrecorded:  # one last try, then say what is lost
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._drained.wait(), self.cfg.consumer.shutdown_grace)
+            self._retrier.cancel()
+            await asyncio.gather(self._retrier, return_exceptions=True)
+            if self._unrecorded:
+                log.error("production trajectories lost at shutdown", count=len(self._unrecorded))
         await self.client.close()
         if self._http is not None:
             await self._http.close()
@@ -475,11 +493,43 @@ class RouterApp:
         try:
             await self._keep_turn(turn, model, messages, tokens, latency_ms)
         except STORE_ERRORS as exc:
+            # the reply is the caller's already: the turn waits to be recorded, not dropped
+            if len(self._unrecorded) >= self.cfg.unrecorded_limit:
+                log.error(
+                    "production trajectory lost: the store has been down too long",
+                    conversation=str(turn.conversation_id),
+                    waiting=len(self._unrecorded),
+                )
+                return
+            self._unrecorded.append((turn, model, messages, tokens, latency_ms))
+            self._drained.clear()
+            self._retry_wake.set()
             log.warning(
-                "production trajectory not recorded",
+                "production trajectory not recorded yet; retried",
                 conversation=str(turn.conversation_id),
                 error=repr(exc),
             )
+
+    async def _record_later(self) -> None:
+        """Records the turns the store refused, oldest first, once it takes them again."""
+        delay = 0.5
+        while True:
+            await self._retry_wake.wait()
+            while self._unrecorded:
+                turn, model, messages, tokens, latency_ms = self._unrecorded[0]
+                try:
+                    await self._keep_turn(turn, model, messages, tokens, latency_ms)
+                except STORE_ERRORS:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+                    continue
+                self._unrecorded.popleft()
+                delay = 0.5
+            self._retry_wake.clear()
+            self._drained.set()
+
+    async def start(self, _: Service) -> None:
+        self._retrier = asyncio.create_task(self._record_later(), name="record-later")
 
     async def _keep_turn(
         self,

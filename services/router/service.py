@@ -12,7 +12,13 @@ NAME = "router"
 def build(cfg: RouterConfig) -> Service:
     app = RouterApp(cfg)
     service = Service(
-        NAME, cfg, {}, default_port=DEFAULT_PORT, routes=app.routes, on_stop=app.close
+        NAME,
+        cfg,
+        {},
+        default_port=DEFAULT_PORT,
+        routes=app.routes,
+        on_start=app.start,
+        on_stop=app.close,
     )
     app.attach(service)
     return service

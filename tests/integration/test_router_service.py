@@ -385,6 +385,41 @@ async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
     assert sorted(kept.values()) == ["And Guernica?", "And the Night Watch?"]
 
 
+async def test_a_reply_given_while_the_store_is_down_is_recorded_when_it_is_back(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    store: Store,
+    db_cfg: DatabaseConfig,
+) -> None:
+    """Issue 14: a reply already generated was thrown away when recording it failed."""
+    url, key, upstream, _ = router
+    upstream.delay = 1.0
+    hello = [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    table = f'"{db_cfg.schema}".trajectories'
+    async with aiohttp.ClientSession() as http:
+        pending = asyncio.create_task(_chat(http, url, key, {"model": "bot", "messages": hello}))
+        await asyncio.wait_for(upstream.chatting.wait(), 30)
+        async with store.cross_tenant() as session:  # the store breaks while the model answers
+            await session.execute(text(f"ALTER TABLE {table} RENAME TO gone"))
+        try:
+            status, headers, _ = await pending
+            await asyncio.sleep(1.5)  # retried meanwhile, refused
+        finally:
+            async with store.cross_tenant() as session:
+                await session.execute(
+                    text(f'ALTER TABLE "{db_cfg.schema}".gone RENAME TO trajectories')
+                )
+    assert status == 200  # the caller has the reply
+
+    async def recorded() -> bool:
+        async with store.tenant("acme") as session:
+            conversation = await session.get(
+                Conversation, uuid.UUID(headers["X-Retrace-Conversation"])
+            )
+            return conversation is not None and conversation.trajectory_id is not None
+
+    await eventually(recorded, within=30)
+
+
 async def test_a_revoked_key_is_refused_from_its_next_request(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
 ) -> None:
