@@ -264,27 +264,31 @@ def plots(collected: dict[str, Any], rows: list[dict[str, Any]], stem: Path) -> 
 
     written = []
     fig, ax = plt.subplots(figsize=(7, 4))
+    shown: dict[tuple[float, float], int] = {}
     for row in rows:
         if "training_rollouts" not in row:
             continue
         low, high = row["ci95"]
         rate = row["pass_rate"]
+        at = (row["training_rollouts"], rate)
         ax.errorbar(
-            row["training_rollouts"],
-            rate,
+            *at,
             yerr=[[max(0.0, rate - low)], [max(0.0, high - rate)]],
             fmt="o",
             capsize=3,
         )
-        ax.annotate(row["method"], (row["training_rollouts"], rate), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+        stacked = shown.get(at, 0)  # methods on the same point: their labels one under another
+        shown[at] = stacked + 1
+        ax.annotate(row["method"], at, fontsize=7, xytext=(4, 4 - 9 * stacked),
+                    textcoords="offset points")  # fmt: skip
     ax.set_xlabel("training rollouts spent")
     ax.set_ylabel("pass rate on the test split (95% CI)")
+    fig.tight_layout()
     written.append(_save(fig, stem, "pass_rate"))
     held = collected["heldout"]
     if held:
         fig, ax = plt.subplots(figsize=(7, 4))
-        names = [h.get("capability") or name for name, h in held.items()]
+        names = [h.get("capability") or "GRPO on the target" for h in held.values()]
         gains = [h["gain"] for h in held.values()]
         errors = [
             [g - h["ci95"][0] for g, h in zip(gains, held.values(), strict=True)],
@@ -293,7 +297,8 @@ def plots(collected: dict[str, Any], rows: list[dict[str, Any]], stem: Path) -> 
         ax.bar(range(len(names)), gains, yerr=errors, capsize=4)
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel("held-out synthetic reward gain over base (95% CI)")
+        ax.set_ylabel("held-out reward gain over base\n(95% CI)")
+        fig.tight_layout()
         written.append(_save(fig, stem, "capability_gains"))
     return written
 
