@@ -199,6 +199,23 @@ def test_the_bands_are_judged_on_the_interval_of_the_task_means() -> None:
     assert calibrate(easy * 30).direction == "harder"
 
 
+def test_a_mean_under_the_point_floor_is_too_hard_whatever_its_interval() -> None:
+    """trace_lift's second run: `recover_from_tool_errors` was accepted on its interval at a
+    mean of 0.144, and GRPO then found reward variance in 2 groups of 8. These are its 16
+    calibration rewards as `reply_mentions` now scores them (a claim without a call earns
+    nothing): mean 0.106, interval 0 to 0.28."""
+    second_run = [[0.0, 1.0, 0.0, 0.0], [0.0, 0.2, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0], [0.0] * 4]
+    result = calibrate(second_run)
+    assert result.mean_reward == pytest.approx(0.10625)
+    assert result.mean_interval[1] > 0.2  # the interval alone would have accepted it
+    assert not result.accepted and result.direction == "easier"
+    assert result.reasons == [
+        "too hard: mean reward 0.106 below 0.15 (environments accepted that low gave GRPO "
+        "almost no groups with variance)"
+    ]
+    assert calibrate(second_run, CalibrationConfig(min_point_mean=0.1)).accepted
+
+
 def test_one_task_is_judged_on_its_point_estimate() -> None:
     result = calibrate([[0.1, 0.0, 0.2, 0.1]])
     assert result.mean_interval == (pytest.approx(0.1), pytest.approx(0.1))
