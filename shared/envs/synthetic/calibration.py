@@ -5,16 +5,16 @@ GRPO group per seed, e.g. 100 seeds x 16 samples): mean reward and success rate 
 few groups where every sample succeeds or every sample scores zero (GRPO learns nothing from a
 constant group), and most groups informative.
 
-The bands are judged on intervals, not on the point estimates: an environment is too hard
-when the 95% interval of its mean (over tasks, the independent units) lies wholly below the
-band, or its mean itself is under `min_point_mean` (0.15: environments accepted lower gave
-GRPO almost nothing to learn from), too easy only when the interval lies wholly above. With the paper's 100 tasks the interval is
-narrow and this is the point rule; with the 4 tasks a CPU can afford per round, a mean of
-0.19 against a floor of 0.2 is noise, and rejecting on it throws away a good environment and
-the 10 minutes its calibration cost (docs/benchmarks.md, the demo on Qwen). The shares of
-groups (all one, all zero, informative) are judged the same way, on their 95% Wilson
-interval: with 4 groups, one all-zero group is 25% against a ceiling of 20%, which rejected
-the third demo run's only learnable environment.
+The bands are judged on intervals, not on the point estimates: an environment is too hard when
+the 95% interval of its mean (over tasks, the independent units) lies wholly below the band, or
+its mean itself is under `min_point_mean` (0.15: environments accepted lower gave GRPO almost
+nothing to learn from), too easy only when the interval lies wholly above. With the paper's 100
+tasks the interval is narrow and this is the point rule; with the 4 tasks a CPU can afford per
+round, a mean of 0.19 against a floor of 0.2 is noise, and rejecting on it throws away a good
+environment and the 10 minutes its calibration cost (docs/benchmarks.md, the demo on Qwen). The
+shares of groups (all one, all zero, informative) are judged the same way, on their 95% Wilson
+interval: with 4 groups, one all-zero group is 25% against a ceiling of 20%, which rejected the
+third demo run's only learnable environment.
 
 The success floor is off by default. The rewards are graded so that GRPO groups have variance
 before any sample solves the whole task; an environment whose groups all differ teaches even
@@ -64,8 +64,8 @@ class CalibrationConfig:
     """Too hard, whatever the interval says, when the mean itself is below this. Measured
     (docs/benchmarks.md, trace_lift's two CPU runs): the environments accepted on their
     interval at point means 0.113 and 0.144 gave GRPO reward variance in at most 2 groups of
-    8, while the one at 0.319 gave it in most; 0.19 (noise against the 0.2 floor) still
-    passes."""
+    8, while the one at 0.319 had a nonzero mean reward at all 8 of its steps; 0.19 (noise
+    against the 0.2 floor) still passes."""
     min_success: float = 0.0
     max_success: float = 0.6
     """Band for the share of rollouts that succeed (no floor by default: see the module)."""
