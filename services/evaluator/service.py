@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from services.evaluator.config import DEFAULT_PORT, EvaluatorConfig
 from services.evaluator.handlers import EvaluatorHandlers
 from services.evaluator.monitor import MonitorConfig, tick
 from services.evaluator.stall import expire_stalled, limits
+from shared.bus import NatsBus
 from shared.logging import get_logger
 from shared.runtime.service import Service
+from shared.store import Store
 
 NAME = "evaluator"
 log = get_logger(__name__)
@@ -29,25 +33,32 @@ def build(cfg: EvaluatorConfig) -> Service:
     stall_s = limits(cfg.cycle_stall_s, {str(k): v for k, v in cfg.stage_stall_s.items()})
     tasks: list[asyncio.Task[None]] = []
 
-    async def watch(service: Service) -> None:
-        while True:
-            await asyncio.sleep(monitor.interval_s)
-            if service.store is None or service.bus is None:
-                continue
-            try:
-                await tick(service.store, service.bus, monitor)
-            except Exception:
-                log.exception("failure-rate monitor pass failed")
+    def every(
+        interval_s: float, what: str, check: Callable[[Store, NatsBus], Awaitable[object]]
+    ) -> Callable[[Service], Coroutine[Any, Any, None]]:
+        """A loop running `check` every `interval_s` once the store and bus are up; a failed
+        pass is logged and the next one comes."""
 
-    async def stall_watch(service: Service) -> None:
-        while True:
-            await asyncio.sleep(cfg.stall_check_s)
-            if service.store is None or service.bus is None:
-                continue
-            try:
-                await expire_stalled(service.store, service.bus, stall_s)
-            except Exception:
-                log.exception("stall watch pass failed")
+        async def loop(service: Service) -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                if service.store is None or service.bus is None:
+                    continue
+                try:
+                    await check(service.store, service.bus)
+                except Exception:
+                    log.exception(f"{what} pass failed")
+
+        return loop
+
+    watch = every(
+        monitor.interval_s, "failure-rate monitor", lambda store, bus: tick(store, bus, monitor)
+    )
+    stall_watch = every(
+        cfg.stall_check_s,
+        "stall watch",
+        lambda store, bus: expire_stalled(store, bus, stall_s),
+    )
 
     async def start(service: Service) -> None:
         if monitor.interval_s > 0:

@@ -4,6 +4,7 @@ own 404, 405 and 413 included (they are text/plain otherwise)."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -49,6 +50,12 @@ def openai_error(
         content_type="application/json",
         headers=headers,
     )
+
+
+def carries_key(request: web.Request, key: str) -> bool:
+    """Whether the request's bearer token is `key` (compared in constant time)."""
+    given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return hmac.compare_digest(given.encode(), key.encode())
 
 
 @web.middleware

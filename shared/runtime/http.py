@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Awaitable, Callable
 
@@ -10,6 +9,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from shared.llm.errors_http import carries_key, openai_error
 from shared.runtime.metrics import ServiceMetrics
 
 
@@ -44,19 +44,8 @@ def build_app(
         )
 
     async def prometheus(request: web.Request) -> web.Response:
-        if metrics_key is not None:
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), metrics_key.encode()):
-                return web.json_response(
-                    {
-                        "error": {
-                            "message": "/metrics needs its key",
-                            "type": "authentication_error",
-                            "code": 401,
-                        }
-                    },
-                    status=401,
-                )
+        if metrics_key is not None and not carries_key(request, metrics_key):
+            return openai_error(401, "/metrics needs its key", "authentication_error")
         return web.Response(
             body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

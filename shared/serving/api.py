@@ -4,7 +4,6 @@ LoRA endpoints. Every request is validated; a bad one gets a 4xx with an OpenAI 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 import uuid
@@ -23,7 +22,7 @@ from prometheus_client import (
 )
 
 from shared.envs.protocol import ToolCall, ToolCallFunction
-from shared.llm.errors_http import json_errors, openai_error
+from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.llm.openai_types import (
     ChatRequest,
     ChatResponse,
@@ -151,8 +150,7 @@ class ModelServer:
         or unload every adapter (issue 14)."""
         if self.api_key is None or request.path in OPEN_PATHS:
             return await handler(request)
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+        if not carries_key(request, self.api_key):
             return openai_error(401, "this model server needs its key as a bearer token")
         return await handler(request)
 
