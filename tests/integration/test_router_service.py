@@ -23,6 +23,7 @@ from services.router.handlers import RETRY_AFTER_S
 from services.router.service import build
 from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
+from shared.runtime.service import Service
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store
 from shared.store.agents import create_agent
@@ -130,6 +131,25 @@ def _fields(cfg: ServiceConfig) -> dict[str, object]:
     return {f: getattr(cfg, f) for f in cfg.__struct_fields__}
 
 
+async def _started(
+    service_cfg: ServiceConfig, model: ModelConfig, http: HttpConfig | None = None, **extra: Any
+) -> tuple[Service, asyncio.Task[int], int]:
+    """A router on a free port, healthy: the service, its run task and the port."""
+    port = _free_port()
+    cfg = RouterConfig(
+        **{
+            **_fields(service_cfg),
+            "model": model,
+            "http": http or HttpConfig(port=port),
+        },  # type: ignore[arg-type]
+        **extra,
+    )
+    service = build(cfg)
+    run = asyncio.create_task(service.run())
+    await eventually(lambda: healthy(service))
+    return service, run, cfg.http.port
+
+
 @pytest.fixture
 async def router(
     request: pytest.FixtureRequest, service_cfg: ServiceConfig, store: Store
@@ -173,20 +193,12 @@ async def router(
     server = TestServer(upstream.app())
     await server.start_server()
     upstream.server = server
-    port = _free_port()
-    cfg = RouterConfig(
-        **{
-            **_fields(service_cfg),
-            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1", api_key=UPSTREAM_KEY),
-            "http": HttpConfig(port=port),
-        },  # type: ignore[arg-type]
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url=f"http://127.0.0.1:{server.port}/v1", api_key=UPSTREAM_KEY),
         min_confidence=0.4,
         mode=mode,
     )
-    service = build(cfg)
-    run = asyncio.create_task(service.run())
-
-    await eventually(lambda: healthy(service))
     yield f"http://127.0.0.1:{port}", key, upstream, ids
     service.stop()
     await run
@@ -450,20 +462,13 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
     upstream = Upstream()
     server = TestServer(upstream.app())
     await server.start_server()
-    port = _free_port()
-    cfg = RouterConfig(
-        **{
-            **_fields(service_cfg),
-            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
-            "http": HttpConfig(port=port),
-        },  # type: ignore[arg-type]
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
         mode="base",
         tenant_rate=0.2,
         tenant_burst=2,
     )
-    service = build(cfg)
-    run = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
     url = f"http://127.0.0.1:{port}"
     alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
     try:
@@ -489,18 +494,12 @@ async def test_metrics_need_their_key_when_one_is_set(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
     """The router's /metrics, on its public port, name every tenant's adapters (issue 14)."""
-    port = _free_port()
-    cfg = RouterConfig(
-        **{
-            **_fields(service_cfg),
-            "model": ModelConfig(url="http://127.0.0.1:9/v1"),
-            "http": HttpConfig(port=port, metrics_key="scrape-key"),
-        },  # type: ignore[arg-type]
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url="http://127.0.0.1:9/v1"),
+        HttpConfig(port=_free_port(), metrics_key="scrape-key"),
         mode="base",
     )
-    service = build(cfg)
-    run = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
     try:
         async with aiohttp.ClientSession() as http:
             url = f"http://127.0.0.1:{port}/metrics"
@@ -529,18 +528,9 @@ async def test_a_stopping_router_finishes_the_requests_in_flight(
     upstream.delay = 1.5
     server = TestServer(upstream.app())
     await server.start_server()
-    port = _free_port()
-    cfg = RouterConfig(
-        **{
-            **_fields(service_cfg),
-            "model": ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
-            "http": HttpConfig(port=port),
-        },  # type: ignore[arg-type]
-        mode="base",
+    service, run, port = await _started(
+        service_cfg, ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"), mode="base"
     )
-    service = build(cfg)
-    run = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
     alarm = [{"role": "user", "content": "Set an alarm at 06:30."}]
     try:
         async with aiohttp.ClientSession() as http:

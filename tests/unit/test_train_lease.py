@@ -43,6 +43,15 @@ def _context(store: object) -> HandlerContext:
     return HandlerContext("acme", None, "s", "m", 1, _beat, store)  # type: ignore[arg-type]
 
 
+async def _forever(stopped: asyncio.Event) -> None:
+    """Work that never ends by itself; `stopped` is set when it is cancelled."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        stopped.set()
+        raise
+
+
 class Watch:
     """A job's cancel watch (`shared.progress.Tracker.watch`): never cancelled, unless told."""
 
@@ -72,18 +81,11 @@ async def test_work_is_stopped_when_the_lease_is_lost() -> None:
     handlers = TrainHandlers(TrainConfig(lease_s=6))
     stopped = asyncio.Event()
 
-    async def forever() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-
     lease = asyncio.create_task(
         handlers._renew(_context(UnreachableStore()), uuid.uuid4(), threading.Event(), "mine")
     )
     with pytest.raises(LeaseLostError):
-        await asyncio.wait_for(handlers._guarded(forever(), lease, Watch()), 20)  # type: ignore[arg-type]
+        await asyncio.wait_for(handlers._guarded(_forever(stopped), lease, Watch()), 20)  # type: ignore[arg-type]
     assert stopped.is_set()
 
 
@@ -104,16 +106,9 @@ async def test_a_cancelled_job_stops_its_work_and_says_so() -> None:
     handlers = TrainHandlers(TrainConfig(lease_s=6))
     stopped = asyncio.Event()
 
-    async def forever() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-
     lease = asyncio.create_task(asyncio.sleep(3600))
     finished = await asyncio.wait_for(
-        handlers._guarded(forever(), lease, Watch(cancelled_after_s=0.1)),  # type: ignore[arg-type]
+        handlers._guarded(_forever(stopped), lease, Watch(cancelled_after_s=0.1)),  # type: ignore[arg-type]
         20,
     )
     assert finished is False and stopped.is_set() and not lease.done()
