@@ -28,6 +28,7 @@ from shared.cli.context import (
     urls,
 )
 from shared.cli.demo import demo
+from shared.cli.envs import env
 from shared.cli.improve import improve, report
 from shared.cli.rollout import rollout
 from shared.cli.serve import serve_model
@@ -269,6 +270,7 @@ for command in (
     migrate,
     tenant,
     agent,
+    env,
     cancel_command,
 ):
     cli.add_command(command)

@@ -1,12 +1,15 @@
-"""Environments by reference: `toolbox`, `helpdesk` (built in) and tau2-bench's domains
-`tau2:airline`, `tau2:retail`, `tau2:telecom` (the `tau2` extra). Unknown names are a clear
-error."""
+"""Environments by reference: `toolbox`, `helpdesk` (built in), tau2-bench's domains
+`tau2:airline`, `tau2:retail`, `tau2:telecom` (the `tau2` extra), and every environment an
+installed package declares under the `retrace.environments` entry points (`shared.envs.plugins`).
+Unknown names are a clear error."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
 
+from shared.envs import plugins
+from shared.envs.conformance import BrokenEnvironmentError
 from shared.envs.protocol import Environment
 from shared.errors import PermanentError
 
@@ -55,8 +58,30 @@ BUILTIN: dict[str, Callable[[], Environment]] = {
 def get_environment(ref: str) -> Environment:
     """The environment named by `ref`; built once per process (task generation is not free)."""
     factory = BUILTIN.get(ref)
-    if factory is None:
+    if factory is not None:
+        return factory()
+    found = plugins.installed()
+    point = found.get(ref)
+    if point is None:
         raise UnknownEnvironmentError(
-            f"unknown environment {ref!r}; built in: {', '.join(sorted(BUILTIN))}"
+            f"unknown environment {ref!r}; built in: {', '.join(sorted(BUILTIN))}; "
+            + (
+                f"installed: {', '.join(sorted(found))}"
+                if found
+                else f"no package installs one (entry points {plugins.GROUP!r})"
+            )
         )
-    return factory()
+    return plugins.load(point)
+
+
+def available() -> dict[str, str]:
+    """Every environment that can be named, with where it comes from (`built in`, or the
+    package that installs it). Plug-ins reusing a built-in name are refused when listed."""
+    out = {name: "built in" for name in BUILTIN}
+    for name, point in plugins.installed().items():
+        if name in out:
+            raise BrokenEnvironmentError(
+                f"{plugins.origin(point)} declares environment {name!r}, a built-in name; rename it"
+            )
+        out[name] = plugins.origin(point)
+    return out

@@ -119,8 +119,32 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
             (("tenant", "create", "Bad_Tenant"), "invalid tenant id"),
             (("tenant", "create", "acme"), "already exists"),
             (
-                ("agent", "create", "Bad Name", "--tenant", "acme", "--model", "m", "--env", "e"),
+                (
+                    "agent",
+                    "create",
+                    "Bad Name",
+                    "--tenant",
+                    "acme",
+                    "--model",
+                    "m",
+                    "--env",
+                    "toolbox",
+                ),
                 "invalid agent name",
+            ),
+            (
+                (
+                    "agent",
+                    "create",
+                    "bot",
+                    "--tenant",
+                    "acme",
+                    "--model",
+                    "m",
+                    "--env",
+                    "no-such-env",
+                ),
+                "unknown environment 'no-such-env'",
             ),
             (
                 (
@@ -132,7 +156,7 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
                     "--model",
                     "m",
                     "--env",
-                    "e",
+                    "toolbox",
                 ),
                 "already exists",
             ),

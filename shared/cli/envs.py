@@ -1,0 +1,60 @@
+"""`retrace env list` and `retrace env check`: the environments that can be named, built in and
+installed by packages, and whether one keeps the protocol's promises."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import click
+from rich.table import Table
+
+from shared.cli.context import make_console
+from shared.envs import conformance
+from shared.envs.registry import available, get_environment
+from shared.errors import PermanentError
+
+console = make_console()
+
+
+@click.group("env")
+def env() -> None:
+    """Environments: built-in ones and those installed packages declare."""
+
+
+@env.command("list")
+def env_list() -> None:
+    """Every environment with its origin and task counts per split; one that cannot be loaded
+    is listed with the reason."""
+    try:
+        names = available()
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table(title="environments")
+    for col in ("name", "from", "tasks", "train", "test", "status"):
+        table.add_column(col)
+    for name, where in sorted(names.items()):
+        try:
+            splits = Counter(task.split for task in get_environment(name).tasks())
+        except PermanentError as exc:
+            table.add_row(name, where, "", "", "", f"[red]unavailable[/red]: {exc}")
+            continue
+        total = sum(splits.values())
+        table.add_row(name, where, str(total), str(splits["train"]), str(splits["test"]), "ok")
+    console.print(table)
+
+
+@env.command("check")
+@click.argument("name")
+def env_check(name: str) -> None:
+    """Load one environment and run every conformance check on it (an async reset included)."""
+    try:
+        where = available().get(name, "")
+        tasks = asyncio.run(conformance.acheck(get_environment(name), where or "retrace"))
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc
+    splits = Counter(task.split for task in tasks)
+    console.print(
+        f"environment [bold]{name}[/bold] ({where}): ok, {len(tasks)} tasks "
+        f"({splits['train']} train, {splits['test']} test)"
+    )
