@@ -93,6 +93,9 @@ class RolloutCompleted(Contract, frozen=True):
     mean_reward: float
     cycle_id: uuid.UUID | None = None
     purpose: Purpose = "adhoc"
+    env_errors: int = 0
+    """Episodes the environment broke (its reset, a step or its scoring raised): stored
+    ungraded, counted in `trajectories`, left out of `successes` and `mean_reward`."""
 
 
 class CapabilitiesIdentified(Contract, frozen=True):

@@ -31,6 +31,8 @@ class RolloutSummary(msgspec.Struct, kw_only=True, frozen=True):
     errors: int
     """Episodes that ended on a model or environment error."""
     tokens: int
+    env_errors: int = 0
+    """Episodes the environment broke: stored ungraded, left out of every rate above."""
 
 
 def _rate(label: str, rows: list[tuple[bool, float]]) -> Rate:
@@ -65,8 +67,13 @@ async def summarise_request(session: AsyncSession, request_id: uuid.UUID) -> Rol
     by_kind: dict[str, list[tuple[bool, float]]] = defaultdict(list)
     per_task: dict[str, list[bool]] = defaultdict(list)
     errors = tokens = 0
+    broken = 0
     for external, kind, success, reward, used, breakdown in rows:
-        by_kind[kind].append((bool(success), float(reward or 0.0)))
+        if reward is None:  # ungraded: the environment failed, not the agent
+            broken += 1
+            errors += 1
+            continue
+        by_kind[kind].append((bool(success), float(reward)))
         per_task[external].append(bool(success))
         tokens += used or 0
         errors += 1 if (breakdown or {}).get("error") else 0
@@ -79,4 +86,5 @@ async def summarise_request(session: AsyncSession, request_id: uuid.UUID) -> Rol
         pass_hat_k={k: pass_hat_k(counts, k) for k in range(1, trials + 1)},
         errors=errors,
         tokens=tokens,
+        env_errors=broken,
     )

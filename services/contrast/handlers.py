@@ -148,7 +148,8 @@ class ContrastHandlers:
     async def _trajectories(
         self, session: AsyncSession, request_id: uuid.UUID
     ) -> tuple[list[TrajectoryView], int]:
-        """The request's train-split trajectories; malformed ones are counted and left out."""
+        """The request's train-split trajectories; malformed ones and those the environment
+        broke (stored ungraded) are counted and left out."""
         rows = await session.execute(
             select(
                 Trajectory.id,
@@ -167,6 +168,11 @@ class ContrastHandlers:
         views: list[TrajectoryView] = []
         skipped = 0
         for tid, task, kind, split, success, reward, messages, breakdown in rows:
+            if reward is None:
+                # the environment broke this episode: it says nothing about the agent
+                log.warning("ungraded trajectory left out of a diagnosis", trajectory=str(tid))
+                skipped += 1
+                continue
             if split != "train":
                 # Diagnosis must never see test tasks: they are held out for evaluation.
                 log.warning("test-split trajectory left out of a diagnosis", trajectory=str(tid))

@@ -27,10 +27,13 @@ from services.evaluator.state import (
 )
 from shared import embeddings
 from shared.bus.delivery import HandlerContext
+from shared.logging import get_logger
 from shared.routing.modes import LearnedRouting, RoutingMode
 from shared.routing.profiles import first_user_text, profiles
 from shared.store.models import Adapter, Agent, Cycle, Task, TrainingJob, Trajectory
 from shared.store.models import Evaluation as EvaluationRow
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,10 +183,20 @@ async def _outcomes(
         .order_by(Task.external_id, Trajectory.trial)
     )
     out: dict[str, list[tuple[bool, float]]] = defaultdict(list)
+    ungraded = 0
     for task, kind, _, success, reward, messages in rows:
-        out[task].append((bool(success), float(reward or 0.0)))
         kinds[task] = kind
         openings.setdefault(task, first_user_text(messages))
+        if reward is None:  # the environment broke the episode: not the configuration's doing
+            ungraded += 1
+            continue
+        out[task].append((bool(success), float(reward)))
+    if ungraded:
+        log.warning(
+            "episodes the environment broke left out of the evaluation",
+            request=str(request_id),
+            ungraded=ungraded,
+        )
     return dict(out)
 
 

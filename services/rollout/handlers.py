@@ -82,7 +82,7 @@ class RolloutHandlers:
         ) as work:
             await work.start(total - len(todo))
             await self._play(msg, ctx, agent, env, model, artifact, env_id, task_rows, todo, work)
-        count, successes, mean = await self._summary(ctx, msg.request_id)
+        count, successes, mean, broken = await self._summary(ctx, msg.request_id)
         ctx.emit(
             RolloutCompleted(
                 request_id=msg.request_id,
@@ -92,6 +92,7 @@ class RolloutHandlers:
                 mean_reward=mean,
                 cycle_id=msg.cycle_id,
                 purpose=msg.purpose,
+                env_errors=broken,
             )
         )
         log.info(
@@ -99,6 +100,7 @@ class RolloutHandlers:
             request=str(msg.request_id),
             trajectories=count,
             successes=successes,
+            env_errors=broken,
         )
 
     async def _play(
@@ -183,6 +185,8 @@ class RolloutHandlers:
             "calls": result.calls,
             "purpose": msg.purpose,
         }
+        if result.env_error:
+            extra["env_error"] = True
         async with ctx.store.tenant(ctx.tenant) as session:
             await session.execute(
                 insert(Trajectory)
@@ -198,9 +202,10 @@ class RolloutHandlers:
                     source="calibration" if msg.purpose == "calibrate" else "rollout",
                     model=model,
                     messages=result.messages,
-                    reward=result.score.reward,
+                    # an episode the environment broke is kept ungraded: no reward, no verdict
+                    reward=None if result.env_error else result.score.reward,
                     reward_breakdown={"checks": breakdown, **extra},
-                    success=result.score.success,
+                    success=None if result.env_error else result.score.success,
                     tokens=result.tokens,
                     latency_ms=result.latency_ms,
                 )
@@ -209,7 +214,11 @@ class RolloutHandlers:
                 )
             )
 
-    async def _summary(self, ctx: HandlerContext, request_id: uuid.UUID) -> tuple[int, int, float]:
+    async def _summary(
+        self, ctx: HandlerContext, request_id: uuid.UUID
+    ) -> tuple[int, int, float, int]:
+        """Trajectories, successes, the mean reward of the graded ones, and how many the
+        environment broke (stored ungraded)."""
         async with ctx.store.tenant(ctx.tenant) as session:
             row = (
                 await session.execute(
@@ -217,10 +226,11 @@ class RolloutHandlers:
                         func.count(),
                         func.count().filter(Trajectory.success.is_(True)),
                         func.coalesce(func.avg(Trajectory.reward), 0.0),
+                        func.count().filter(Trajectory.reward.is_(None)),
                     ).where(Trajectory.request_id == request_id)
                 )
             ).one()
-        return int(row[0]), int(row[1]), float(row[2])
+        return int(row[0]), int(row[1]), float(row[2]), int(row[3])
 
 
 def _seed(task: TaskSpec) -> int:

@@ -183,7 +183,8 @@ class SynthesizeHandlers:
         )
         for task_id, trial, reward in await ctx.session.execute(
             select(Trajectory.task_id, Trajectory.trial, Trajectory.reward).where(
-                Trajectory.request_id == msg.request_id
+                Trajectory.request_id == msg.request_id,
+                Trajectory.reward.is_not(None),  # episodes the environment broke are ungraded
             )
         ):
             if task_id is not None:  # hinted trials first in each group, as calibrate reads

@@ -127,6 +127,11 @@ def print_summary(summary: RolloutSummary) -> None:
         )
     if summary.errors:
         console.print(f"[yellow]{summary.errors} episodes ended on a model or environment error")
+    if summary.env_errors:
+        console.print(
+            f"[yellow]{summary.env_errors} of them the environment broke: stored ungraded and "
+            "left out of the rates above"
+        )
 
 
 @click.command("rollout")

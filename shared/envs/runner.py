@@ -1,6 +1,8 @@
 """Running one episode: an agent (model + system prompt) against an environment, turn by turn,
-through the OpenAI-compatible client. A failed model call or a broken environment ends the
-episode with the error recorded; the episode is still scored and kept (a bad rollout is data)."""
+through the OpenAI-compatible client. A failed model call ends the episode with the error
+recorded, scored as it stands (a bad rollout is data). An environment that fails (its reset,
+a step or its scoring raises) ends the episode *ungraded*: that says nothing about the agent,
+so the result is marked `env_error` and every statistic leaves it out."""
 
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ class EpisodeResult:
     calls, such as a simulated user's): not the agent's doing."""
     calls: list[dict[str, Any]] = field(default_factory=list)
     """Each tool call: name, arguments, ok, error."""
+    env_error: bool = False
+    """The environment failed: `score` is a placeholder, never a grade of the agent."""
+
+
+def ungraded(reason: str) -> Score:
+    """The placeholder score of an episode whose environment failed."""
+    return Score(reward=0.0, success=False, notes=[reason])
 
 
 def call_records(episode: object) -> list[dict[str, Any]]:
@@ -61,8 +70,18 @@ async def run_episode(
     max_turns: int = DEFAULT_MAX_TURNS,
     hinted: bool = False,
 ) -> EpisodeResult:
-    """One episode; `hinted` appends the episode's hint, if it has one, to the system turn."""
-    episode = await start(env, task, seed)
+    """One episode; `hinted` appends the episode's hint, if it has one, to the system turn.
+
+    A `RetryableError` from the environment on reset (an endpoint it depends on is down)
+    propagates, so the caller retries the episode."""
+    try:
+        episode = await start(env, task, seed)
+    except RetryableError:
+        raise
+    except Exception as exc:  # the environment's code (a plug-in's): its failure is data
+        log.exception("environment reset failed", task=task.id)
+        reason = f"environment reset failed: {exc!r}"
+        return EpisodeResult([], ungraded(reason), error=reason, env_error=True)
     system = "\n\n".join(p for p in (agent_prompt.strip(), episode.system_prompt.strip()) if p)
     if hinted:
         system = with_guidance(system, hint_of(episode))
@@ -71,7 +90,7 @@ async def run_episode(
     started = time.perf_counter()
     tokens = turns = 0
     error: str | None = None
-    model_error = False
+    model_error = env_error = False
     for turn in range(max_turns):
         request = ChatRequest(
             model=model,
@@ -117,16 +136,26 @@ async def run_episode(
                 "episode ended by an environment endpoint error", task=task.id, error=str(exc)
             )
             break
-        except Exception as exc:
+        except Exception as exc:  # the environment's code (a plug-in's): its failure is data
             error = f"environment failed on turn {turn + 1}: {exc!r}"
+            env_error = True
             log.exception("environment step failed", task=task.id)
             break
         history.extend(result.messages)
         record.extend(msgspec.to_builtins(m) for m in result.messages)
         if result.done:
             break
-    score = await grade(episode)
-    calls = call_records(episode)
+    score = ungraded(error or "") if env_error else None
+    if score is None:
+        try:
+            score = await grade(episode)
+        except RetryableError:
+            raise
+        except Exception as exc:  # the environment's scoring code
+            error = f"environment scoring failed: {exc!r}"
+            env_error = True
+            score = ungraded(error)
+            log.exception("environment scoring failed", task=task.id)
     return EpisodeResult(
         record,
         score,
@@ -135,5 +164,6 @@ async def run_episode(
         turns,
         error,
         model_error,
-        calls,
+        call_records(episode),
+        env_error,
     )

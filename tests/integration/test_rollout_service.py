@@ -17,6 +17,7 @@ from services.rollout.service import build
 from shared.bus import NatsBus
 from shared.cli.work import cancel
 from shared.config import ModelConfig, ServiceConfig
+from shared.envs import registry
 from shared.envs.registry import get_environment
 from shared.messages import RolloutCompleted, RolloutRequested, Sampling
 from shared.reports import summarise_request
@@ -349,3 +350,70 @@ async def test_a_cancelled_batch_stops_keeps_what_it_stored_and_is_not_retried(
         await run
         await bus.close()
         await server.close()
+
+
+async def test_episodes_the_environment_broke_are_stored_ungraded_and_counted_apart(
+    service_cfg: ServiceConfig, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scoring raises on the hotel desk's `book` tasks: those episodes are kept without a
+    reward or verdict, counted as environment errors, and left out of every rate."""
+    from retrace_hotel_desk.env import HotelDesk
+
+    class ScoringBreaksOnBookings(HotelDesk):  # keeps the name: the same seeded worlds
+        def reward(self, task, transcript):  # type: ignore[no-untyped-def]
+            if task.kind == "book":
+                raise RuntimeError("the price list is unreadable")
+            return super().reward(task, transcript)
+
+    monkeypatch.setitem(registry.BUILTIN, "broken-desk", ScoringBreaksOnBookings)
+    registry.get_environment.cache_clear()
+    desk = ScoringBreaksOnBookings()
+    tasks = [t for t in desk.tasks() if t.split == "train"]
+    chosen = [t.id for t in tasks if t.kind == "book"][:2] + [
+        t.id for t in tasks if t.kind == "cancel"
+    ][:2]
+    server = TestServer(OracleLLM(desk).app())
+    await server.start_server()
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "desk", model="oracle", environment="broken-desk")
+    service, run = await start(rollout_cfg(service_cfg, f"http://127.0.0.1:{server.port}/v1"))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = uuid.uuid4()
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=request_id,
+            agent_id=agent.id,
+            environment="broken-desk",
+            task_ids=chosen,
+            sampling=Sampling(temperature=0),
+        ),
+        msg_id=str(request_id),
+    )
+
+    async def done() -> bool:
+        return len(await completed(bus, request_id)) == 1
+
+    await eventually(done, within=60)
+    [event] = await completed(bus, request_id)
+    assert (event.trajectories, event.successes, event.env_errors) == (4, 2, 2)
+    assert event.mean_reward == pytest.approx(1.0)
+    async with store.tenant("acme") as session:
+        rows = list(
+            await session.scalars(select(Trajectory).where(Trajectory.request_id == request_id))
+        )
+        summary = await summarise_request(session, request_id)
+    broken = [r for r in rows if r.reward is None]
+    assert len(broken) == 2 and all(r.success is None for r in broken)
+    for row in broken:
+        assert row.reward_breakdown["env_error"] is True
+        assert "the price list is unreadable" in row.reward_breakdown["error"]
+    assert summary.env_errors == 2 and summary.overall.episodes == 2
+    assert summary.overall.successes == 2
+    service.stop()
+    assert await run == 0
+    await bus.close()
+    await server.close()
+    registry.get_environment.cache_clear()
