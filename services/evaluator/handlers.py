@@ -38,7 +38,7 @@ from shared import cycle as machine
 from shared import embeddings
 from shared.bus.delivery import Handler, HandlerContext
 from shared.cycle import State
-from shared.envs.registry import get_environment
+from shared.envs.registry import open_environment
 from shared.envs.selection import pick_tasks
 from shared.logging import get_logger
 from shared.messages import (
@@ -104,7 +104,7 @@ class EvaluatorHandlers:
             failed.error = failed.reason = why
             ctx.emit(CycleCompleted(cycle_id=msg.cycle_id, outcome="failed", reason=why))
             return
-        env = get_environment(agent.environment)
+        env = await open_environment(agent.environment)
         tasks = pick_tasks(
             [t for t in env.tasks() if t.split == "train"], msg.settings.diagnose_tasks
         )

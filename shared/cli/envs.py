@@ -12,6 +12,7 @@ from rich.table import Table
 from shared.cli.context import make_console
 from shared.envs import conformance
 from shared.envs.registry import available, get_environment
+from shared.envs.remote.client import is_http_ref
 from shared.errors import PermanentError
 
 console = make_console()
@@ -49,8 +50,8 @@ def env_list() -> None:
 def env_check(name: str) -> None:
     """Load one environment and run every conformance check on it (an async reset included)."""
     try:
-        where = available().get(name, "")
-        tasks = asyncio.run(conformance.acheck(get_environment(name), where or "retrace"))
+        where = available().get(name) or ("over HTTP" if is_http_ref(name) else "retrace")
+        tasks = asyncio.run(conformance.acheck(get_environment(name), where))
     except PermanentError as exc:
         raise click.ClickException(str(exc)) from exc
     splits = Counter(task.split for task in tasks)
@@ -58,3 +59,22 @@ def env_check(name: str) -> None:
         f"environment [bold]{name}[/bold] ({where}): ok, {len(tasks)} tasks "
         f"({splits['train']} train, {splits['test']} test)"
     )
+
+
+@env.command("serve")
+@click.argument("name")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8600, show_default=True, type=int)
+def env_serve(name: str, host: str, port: int) -> None:
+    """Serve an environment over the HTTP environment protocol (docs/environments.md); an
+    agent then names it by URL: `--env http://HOST:PORT`."""
+    from aiohttp import web
+
+    from shared.envs.remote.server import environment_app
+
+    try:
+        app = environment_app(get_environment(name))
+    except PermanentError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(f"serving {name} on http://{host}:{port}/v1 (Ctrl-C stops)")
+    web.run_app(app, host=host, port=port, print=None)

@@ -19,6 +19,7 @@ import msgspec
 
 from shared.envs.kit.schema import NAME
 from shared.envs.protocol import Environment, Episode, Message, TaskSpec, start
+from shared.envs.remote.client import is_http_ref
 from shared.errors import PermanentError
 
 REF = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
@@ -64,7 +65,7 @@ def _fail(env: object, origin: str, problem: str) -> BrokenEnvironmentError:
 
 def _tasks(env: Environment, origin: str) -> list[TaskSpec]:
     name = getattr(env, "name", None)
-    if not isinstance(name, str) or not REF.match(name):
+    if not isinstance(name, str) or not (REF.match(name) or is_http_ref(name)):
         raise _fail(env, origin, f"its name {name!r} must match {REF.pattern}")
     try:
         tasks = env.tasks()

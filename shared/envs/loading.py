@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.envs.protocol import Environment
-from shared.envs.registry import UnknownEnvironmentError, get_environment
+from shared.envs.registry import UnknownEnvironmentError, open_environment
 from shared.store.models import Environment as EnvironmentRow
 
 SYNTHETIC = "synthetic/"
@@ -40,7 +40,7 @@ def parse_ref(ref: str) -> tuple[str, int]:
 async def load_environment(session: AsyncSession, ref: str) -> Environment:
     name, version = parse_ref(ref)
     if not ref.startswith(SYNTHETIC):
-        return get_environment(ref)
+        return await open_environment(ref)
     spec = await session.scalar(
         select(EnvironmentRow.spec).where(
             EnvironmentRow.name == name, EnvironmentRow.version == version

@@ -1,16 +1,19 @@
 """Environments by reference: `toolbox`, `helpdesk` (built in), tau2-bench's domains
 `tau2:airline`, `tau2:retail`, `tau2:telecom` (the `tau2` extra), and every environment an
-installed package declares under the `retrace.environments` entry points (`shared.envs.plugins`).
+installed package declares under the `retrace.environments` entry points (`shared.envs.plugins`),
+and any base URL `http(s)://...` serving the HTTP environment protocol (`shared.envs.remote`).
 Unknown names are a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import cache
 
 from shared.envs import plugins
 from shared.envs.conformance import BrokenEnvironmentError
 from shared.envs.protocol import Environment
+from shared.envs.remote.client import HttpEnvironment, is_http_ref
 from shared.errors import PermanentError
 
 
@@ -60,6 +63,8 @@ def get_environment(ref: str) -> Environment:
     factory = BUILTIN.get(ref)
     if factory is not None:
         return factory()
+    if is_http_ref(ref):
+        return HttpEnvironment(ref)
     found = plugins.installed()
     point = found.get(ref)
     if point is None:
@@ -72,6 +77,12 @@ def get_environment(ref: str) -> Environment:
             )
         )
     return plugins.load(point)
+
+
+async def open_environment(ref: str) -> Environment:
+    """`get_environment` from asyncio code: building one may block (a plug-in's task file, an
+    HTTP environment's task list), so it runs off the event loop."""
+    return await asyncio.to_thread(get_environment, ref)
 
 
 def available() -> dict[str, str]:

@@ -1,0 +1,137 @@
+"""The HTTP environment protocol, version 1: the bodies its four routes exchange.
+
+    GET  /v1/tasks                              -> {name, tasks: [{id, split, kind, data}]}
+    POST /v1/reset {task_id, seed}              -> {episode_id, system_prompt, tools, messages}
+    POST /v1/step  {episode_id, turn, message}  -> {messages, done}
+    POST /v1/score {episode_id}                 -> {reward, success, breakdown, notes}
+
+`turn` counts the episode's steps from 0 and makes a step idempotent: a step sent again with a
+turn already taken (a client retrying after a lost answer) gets the answer it had, and is not
+applied twice. Errors are `{"error": {"message", "type"}}` with a 4xx status (the request was
+wrong; retrying cannot help) or 5xx (the environment failed; the client retries).
+docs/environment-http.json is the OpenAPI document, generated from these Structs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from shared.envs.protocol import Message, Split
+
+VERSION = 1
+PREFIX = f"/v{VERSION}"
+
+
+class WireTask(msgspec.Struct, kw_only=True, frozen=True):
+    id: str
+    split: Split
+    kind: str = "task"
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TaskList(msgspec.Struct, kw_only=True, frozen=True):
+    name: str
+    """The environment's own name (for logs; retrace names it by its URL)."""
+    tasks: list[WireTask]
+
+
+class ResetRequest(msgspec.Struct, kw_only=True, frozen=True):
+    task_id: str
+    seed: int = 0
+
+
+class ResetResponse(msgspec.Struct, kw_only=True, frozen=True):
+    episode_id: str
+    system_prompt: str
+    tools: list[dict[str, Any]]
+    """OpenAI tool schemas."""
+    messages: list[Message]
+    """The opening messages (usually the user's request)."""
+
+
+class StepRequest(msgspec.Struct, kw_only=True, frozen=True):
+    episode_id: str
+    turn: int
+    """0 for the episode's first step, then 1, 2, ..."""
+    message: Message
+    """The assistant's message."""
+
+
+class StepResponse(msgspec.Struct, kw_only=True, frozen=True):
+    messages: list[Message]
+    done: bool
+
+
+class ScoreRequest(msgspec.Struct, kw_only=True, frozen=True):
+    episode_id: str
+
+
+class ScoreResponse(msgspec.Struct, kw_only=True, frozen=True):
+    reward: float
+    """In [0, 1]."""
+    success: bool
+    breakdown: dict[str, float] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+class ErrorBody(msgspec.Struct, kw_only=True, frozen=True):
+    message: str
+    type: str
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True, frozen=True):
+    error: ErrorBody
+
+
+ROUTES: tuple[tuple[str, str, type | None, type, str], ...] = (
+    ("get", "/tasks", None, TaskList, "Every task with its split."),
+    ("post", "/reset", ResetRequest, ResetResponse, "Start a seeded, deterministic episode."),
+    (
+        "post",
+        "/step",
+        StepRequest,
+        StepResponse,
+        "Answer one assistant message (idempotent per turn).",
+    ),
+    ("post", "/score", ScoreRequest, ScoreResponse, "Grade the episode as it stands."),
+)
+"""(method, path under PREFIX, request body, response body, summary): the OpenAPI document
+and the reference server are built from this table."""
+
+
+def openapi() -> dict[str, Any]:
+    """The protocol's OpenAPI 3.1 document."""
+    bodies = [t for _, _, req, resp, _ in ROUTES for t in (req, resp) if t is not None]
+    refs, components = msgspec.json.schema_components(
+        [*bodies, ErrorResponse], ref_template="#/components/schemas/{name}"
+    )
+    ref = dict(zip([*bodies, ErrorResponse], refs, strict=True))
+
+    def content(t: type) -> dict[str, Any]:
+        return {"application/json": {"schema": ref[t]}}
+
+    paths: dict[str, Any] = {}
+    for method, path, request, response, summary in ROUTES:
+        operation: dict[str, Any] = {
+            "summary": summary,
+            "responses": {
+                "200": {"description": "OK", "content": content(response)},
+                "4XX": {"description": "The request was wrong", "content": content(ErrorResponse)},
+                "5XX": {"description": "The environment failed", "content": content(ErrorResponse)},
+            },
+        }
+        if request is not None:
+            operation["requestBody"] = {"required": True, "content": content(request)}
+        paths[PREFIX + path] = {method: operation}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "retrace environment protocol",
+            "version": str(VERSION),
+            "description": (__doc__ or "").strip(),
+        },
+        "paths": paths,
+        "components": {"schemas": components},
+    }
