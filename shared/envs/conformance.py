@@ -2,7 +2,7 @@
 when a plug-in is loaded so a broken one fails with its name and the problem, not with a
 traceback from inside a service.
 
-Checked: a usable `name`; `tasks()` gives TaskSpecs with unique ids and both splits present;
+Checked: a `name`; `tasks()` gives TaskSpecs with unique ids and both splits present;
 a seeded reset gives an episode whose tools are valid OpenAI function schemas with unique
 names, whose opening messages are Messages, and which is the same when reset again with the
 same seed. An environment with an async reset (`areset`) is checked in full by `acheck`.
@@ -19,12 +19,11 @@ import msgspec
 
 from shared.envs.kit.schema import NAME
 from shared.envs.protocol import Environment, Episode, Message, TaskSpec, start
-from shared.envs.remote.client import is_http_ref
 from shared.errors import PermanentError
 
 REF = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
-"""What an environment's name may look like: it is stored on agents and trajectories and typed
-on command lines."""
+"""What a plug-in environment's name may look like: it is stored on agents and trajectories and
+typed on command lines."""
 
 
 class BrokenEnvironmentError(PermanentError):
@@ -65,8 +64,8 @@ def _fail(env: object, origin: str, problem: str) -> BrokenEnvironmentError:
 
 def _tasks(env: Environment, origin: str) -> list[TaskSpec]:
     name = getattr(env, "name", None)
-    if not isinstance(name, str) or not (REF.match(name) or is_http_ref(name)):
-        raise _fail(env, origin, f"its name {name!r} must match {REF.pattern}")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(env, origin, f"its name {name!r} must be a non-empty string")
     try:
         tasks = env.tasks()
     except Exception as exc:  # plug-in code: any failure is reported as the plug-in's

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
 
-from shared.envs.conformance import BrokenEnvironmentError, check
+from shared.envs.conformance import REF, BrokenEnvironmentError, check
 from shared.envs.protocol import Environment
 
 GROUP = "retrace.environments"
@@ -44,6 +44,10 @@ def origin(point: EntryPoint) -> str:
 def load(point: EntryPoint) -> Environment:
     """Import, build and check one plug-in environment."""
     where = origin(point)
+    if not REF.match(point.name):
+        raise BrokenEnvironmentError(
+            f"environment {point.name!r} from {where}: the name must match {REF.pattern}"
+        )
     try:
         factory = point.load()
     except Exception as exc:  # importing plug-in code: any failure is the plug-in's

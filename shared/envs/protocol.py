@@ -11,7 +11,9 @@ failures come back to the agent as tool messages, exactly as a real tool would a
 An environment whose reset, step or scoring blocks (a simulated user behind a model endpoint, an
 evaluator that reloads a database) may also define `async def areset(task, seed)` and, on its
 episodes, `async def astep(assistant)` and `async def ascore()`; asyncio callers go through
-`start`, `advance` and `grade`, which use them when present.
+`start`, `advance` and `grade`, which use them when present. An episode holding resources (a
+tool server's process or connection) may define `async def aclose()`: `close` calls it once
+the episode is over, however it ended.
 """
 
 from __future__ import annotations
@@ -120,3 +122,10 @@ async def grade(episode: Episode) -> Score:
     if ascore is not None:
         return cast(Score, await ascore())
     return episode.score()
+
+
+async def close(episode: Episode) -> None:
+    """Release what the episode holds (its `aclose`, when it has one)."""
+    aclose = getattr(episode, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,7 +1,9 @@
 """Environments by reference: `toolbox`, `helpdesk` (built in), tau2-bench's domains
 `tau2:airline`, `tau2:retail`, `tau2:telecom` (the `tau2` extra), and every environment an
 installed package declares under the `retrace.environments` entry points (`shared.envs.plugins`),
-and any base URL `http(s)://...` serving the HTTP environment protocol (`shared.envs.remote`).
+any base URL `http(s)://...` serving the HTTP environment protocol (`shared.envs.remote`), and
+`mcp:<file>`, tools from an MCP server with tasks and checks from the user's files
+(`shared.envs.mcptools`).
 Unknown names are a clear error."""
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def get_environment(ref: str) -> Environment:
         return factory()
     if is_http_ref(ref):
         return HttpEnvironment(ref)
+    if ref.startswith("mcp:"):
+        return _mcp(ref)
     found = plugins.installed()
     point = found.get(ref)
     if point is None:
@@ -77,6 +81,17 @@ def get_environment(ref: str) -> Environment:
             )
         )
     return plugins.load(point)
+
+
+def _mcp(ref: str) -> Environment:
+    try:
+        from shared.envs.mcptools.env import McpEnvironment
+    except ImportError as exc:
+        raise UnknownEnvironmentError(
+            f"environment {ref!r} serves its tools over MCP, which needs the `mcp` package: "
+            "pip install 'retrace[mcp]'"
+        ) from exc
+    return McpEnvironment.from_ref(ref)
 
 
 async def open_environment(ref: str) -> Environment:

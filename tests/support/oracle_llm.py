@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from shared.envs.protocol import Environment
+from shared.envs.protocol import Environment, TaskSpec
 from shared.llm.openai_types import ChatRequest
 
 
@@ -36,8 +36,7 @@ class OracleLLM:
         self.fail_rate = fail_rate
         self._rng = random.Random(0)
         for task in env.tasks():
-            episode = env.reset(task, int(task.data.get("seed", 0)))
-            opening = next(m.content for m in episode.messages if m.role == "user")
+            opening = _opening(env, task)
             self.references[opening or ""] = [] if task.id in fail else task.data["reference"]
 
     async def chat(self, request: web.Request) -> web.Response:
@@ -113,3 +112,12 @@ def serve_in_thread(app: web.Application) -> Iterator[str]:
         asyncio.run_coroutine_threadsafe(holder["runner"].cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def _opening(env: Environment, task: TaskSpec) -> str | None:
+    """The task's opening user message; an environment whose episodes start only
+    asynchronously (MCP, HTTP) opens with the task's `prompt`."""
+    if getattr(env, "areset", None) is not None:
+        return str(task.data["prompt"])
+    episode = env.reset(task, int(task.data.get("seed", 0)))
+    return next(m.content for m in episode.messages if m.role == "user")

@@ -198,3 +198,8 @@ def test_the_example_plugin_is_installed_and_listed() -> None:
 def test_an_unknown_name_lists_what_exists() -> None:
     with pytest.raises(UnknownEnvironmentError, match=r"installed: .*hotel-desk"):
         get_environment("no-such-env")
+
+
+def test_a_plugin_name_must_be_a_usable_reference(plugin: Callable[..., EntryPoint]) -> None:
+    with pytest.raises(BrokenEnvironmentError, match="the name must match"):
+        plugins.load(plugin(name="Hotel Desk"))

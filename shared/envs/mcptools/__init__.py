@@ -1,0 +1,1 @@
+"""Environments whose tools an MCP server serves (docs/environments.md, "MCP tools")."""

@@ -1,0 +1,192 @@
+"""Tools from a real MCP server: examples/mcp_notes/server.py (the SDK's own server API),
+started as a subprocess for every episode, with tasks and checks from the example's files;
+and a rollout through the rollout service on it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+from sqlalchemy import select
+
+from shared.bus import NatsBus
+from shared.config import ServiceConfig
+from shared.envs.conformance import acheck
+from shared.envs.mcptools.env import McpEnvironment
+from shared.envs.mcptools.spec import McpSpecError
+from shared.envs.protocol import Message, ToolCall, ToolCallFunction, advance, close, grade, start
+from shared.envs.reference import reference_of
+from shared.envs.registry import get_environment
+from shared.errors import RetryableError
+from shared.messages import RolloutRequested, Sampling
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Trajectory
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually
+from tests.integration.test_rollout_service import completed, rollout_cfg
+from tests.integration.test_rollout_service import start as start_service
+from tests.support.oracle_llm import OracleLLM
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_notes"
+REF = f"mcp:{EXAMPLE / 'env.yaml'}"
+
+
+def _call(name: str, arguments: str) -> Message:
+    return Message(
+        role="assistant",
+        tool_calls=[ToolCall(id="c", function=ToolCallFunction(name=name, arguments=arguments))],
+    )
+
+
+async def test_references_through_a_real_mcp_server_earn_full_reward() -> None:
+    env = get_environment(REF)
+    assert isinstance(env, McpEnvironment)
+    for task in env.tasks():
+        episode = await start(env, task, 0)
+        try:
+            names = [t["function"]["name"] for t in episode.tools]
+            assert names == ["search_notes", "read_note", "add_note", "delete_note"]
+            for message in reference_of(task) or []:
+                if (await advance(episode, message)).done:
+                    break
+            score = await grade(episode)
+        finally:
+            await close(episode)
+        assert score.success, (task.id, score)
+
+
+async def test_each_episode_gets_a_fresh_server() -> None:
+    env = get_environment(REF)
+    task = next(t for t in env.tasks() if t.id == "add-packing")
+    first = await start(env, task, 0)
+    await advance(first, _call("add_note", json.dumps({"title": "Packing", "body": "x"})))
+    await close(first)
+    second = await start(env, task, 0)
+    try:
+        [found] = (await advance(second, _call("search_notes", '{"query": "packing"}'))).messages
+    finally:
+        await close(second)
+    assert json.loads(found.content or "") == {"result": []}  # no note in a fresh server
+
+
+async def test_bad_calls_and_tool_errors_come_back_to_the_agent() -> None:
+    env = get_environment(REF)
+    task = next(t for t in env.tasks() if t.id == "delete-dentist")
+    episode = await start(env, task, 0)
+    try:
+        answers = [
+            (await advance(episode, _call(name, arguments))).messages[0].content or ""
+            for name, arguments in [
+                ("shred_note", "{}"),
+                ("delete_note", "{not json"),
+                ("delete_note", '{"note_id": 99}'),
+                ("add_note", '{"title": " ", "body": ""}'),
+            ]
+        ]
+        score = await grade(episode)
+    finally:
+        await close(episode)
+    assert "unknown tool 'shred_note'" in answers[0]
+    assert "not valid JSON" in answers[1]
+    assert "no note 99" in answers[2]
+    assert "needs a title" in answers[3]
+    assert all("error" in json.loads(a) for a in answers)
+    # a refused add_note still counts as calling it: the not_called check fails too
+    assert score.reward == 0.0 and score.notes == [
+        "failed 0:called:delete_note",
+        "failed 1:not_called:add_note",
+    ]
+
+
+async def test_the_environment_passes_the_conformance_checks() -> None:
+    tasks = await acheck(get_environment(REF), "an MCP file")
+    assert {t.split for t in tasks} == {"train", "test"}
+
+
+async def test_a_server_that_will_not_start_is_retryable(tmp_path: Path) -> None:
+    (tmp_path / "tasks.jsonl").write_text(
+        (EXAMPLE / "tasks.jsonl").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (tmp_path / "env.yaml").write_text(
+        "name: x\nserver: {command: /nonexistent/mcp-server}\ntasks: tasks.jsonl\n",
+        encoding="utf-8",
+    )
+    env = McpEnvironment.from_ref(f"mcp:{tmp_path / 'env.yaml'}")
+    with pytest.raises(RetryableError, match="did not start"):
+        await start(env, env.tasks()[0], 0)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "tasks", "problem"),
+    [
+        ("name: x\nserver: {}\ntasks: t.jsonl\n", None, "needs a command or a url"),
+        ("name: x\nserver: {command: a, url: b}\ntasks: t.jsonl\n", None, "not both"),
+        ("name: x\nserver: {command: a}\ntasks: t.jsonl\nbogus: 1\n", None, "bogus"),
+        (
+            "name: x\nserver: {command: a}\ntasks: t.jsonl\n",
+            '{"id": "a", "split": "train", "prompt": "p", "checks": [{"kind": "called"}]}\n',
+            "task 'a': a 'called' check names its tool",
+        ),
+        (
+            "name: x\nserver: {command: a}\ntasks: t.jsonl\n",
+            '{"id": "a", "split": "train", "prompt": "p"}\n',
+            "task 'a' needs a non-empty list of checks",
+        ),
+    ],
+)
+def test_a_bad_environment_file_says_what_is_wrong(
+    tmp_path: Path, yaml_text: str, tasks: str | None, problem: str
+) -> None:
+    (tmp_path / "env.yaml").write_text(yaml_text, encoding="utf-8")
+    (tmp_path / "t.jsonl").write_text(
+        tasks or '{"id": "a", "split": "train", "prompt": "p", "checks": []}\n', encoding="utf-8"
+    )
+    with pytest.raises(McpSpecError, match=problem):
+        McpEnvironment.from_ref(f"mcp:{tmp_path / 'env.yaml'}")
+
+
+async def test_the_rollout_service_runs_an_mcp_environment(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    env = get_environment(REF)
+    oracle = TestServer(OracleLLM(env).app())
+    await oracle.start_server()
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "notes", model="oracle", environment=REF)
+    service, run = await start_service(
+        rollout_cfg(service_cfg, f"http://127.0.0.1:{oracle.port}/v1")
+    )
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    request_id = uuid.uuid4()
+    chosen = [t.id for t in env.tasks() if t.split == "train"][:4]
+    await bus.publish(
+        "acme",
+        RolloutRequested(
+            request_id=request_id, agent_id=agent.id, environment=REF,
+            task_ids=chosen, sampling=Sampling(temperature=0),
+        ),
+        msg_id=str(request_id),
+    )  # fmt: skip
+
+    async def done() -> bool:
+        return len(await completed(bus, request_id)) == 1
+
+    await eventually(done, within=90)
+    [event] = await completed(bus, request_id)
+    assert (event.trajectories, event.successes, event.env_errors) == (4, 4, 0)
+    async with store.tenant("acme") as session:
+        rows = list(
+            await session.scalars(select(Trajectory).where(Trajectory.request_id == request_id))
+        )
+    assert all(r.success for r in rows)
+    service.stop()
+    assert await run == 0
+    await bus.close()
+    await oracle.close()
