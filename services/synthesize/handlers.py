@@ -19,8 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from services.synthesize.config import SynthesizeConfig
 from services.synthesize.writer import SpecWriter, SpecWriterError, WriterConfig
 from shared.bus.delivery import Handler, HandlerContext, long_running
+from shared.envs.derived.build import adjust_derived, derived_spec
+from shared.envs.derived.env import DerivedEnvironment
+from shared.envs.derived.spec import DerivedSpec, decode_derived, is_derived
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import synthetic_ref
+from shared.envs.registry import open_environment
 from shared.envs.synthetic import (
     CalibrationConfig,
     SyntheticEnvironment,
@@ -32,7 +36,8 @@ from shared.envs.synthetic import (
     toolbox_schemas,
     validate,
 )
-from shared.envs.synthetic.spec import decode
+from shared.envs.synthetic.spec import InvalidSpecError, decode
+from shared.envs.synthetic.target import TARGETS
 from shared.envs.synthetic.tasks import GeneratorError
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
@@ -45,7 +50,7 @@ from shared.messages import (
     Sampling,
     SynthesisFailed,
 )
-from shared.store.models import Capability, Environment, Trajectory
+from shared.store.models import Agent, Capability, Environment, Task, Trajectory
 
 log = get_logger(__name__)
 
@@ -87,7 +92,10 @@ class SynthesizeHandlers:
         # Read in a short transaction, let the writer model work outside any, then store the
         # environments and ask for their calibration in the one that records the message.
         todo: list[tuple[uuid.UUID, str, str, list[str]]] = []
+        derived: dict[uuid.UUID, DerivedSpec] = {}
         async with ctx.store.tenant(ctx.tenant) as session:
+            agent = await session.get(Agent, msg.agent_id)
+            target = agent.environment if agent is not None else "toolbox"
             for capability_id in msg.capability_ids:
                 capability = await session.get(Capability, capability_id)
                 if capability is None:
@@ -95,10 +103,27 @@ class SynthesizeHandlers:
                     continue
                 if _taken(capability, await _versions(session, capability)):
                     continue
-                excerpts = await self._failure_excerpts(session, capability) if self.writer else []
+                if target not in TARGETS:
+                    # a plug-in target: the capability is isolated by replaying its own tasks
+                    train = [
+                        t.id for t in (await open_environment(target)).tasks() if t.split == "train"
+                    ]
+                    derived[capability.id] = derived_spec(
+                        target,
+                        capability.name,
+                        capability.definition,
+                        await _failed_tasks(session, capability),
+                        train,
+                    )
+                excerpts = (
+                    await self._failure_excerpts(session, capability)
+                    if self.writer and capability.id not in derived
+                    else []
+                )
                 todo.append((capability.id, capability.name, capability.definition, excerpts))
-        written = [
-            (cid, await self._spec(name, definition, ex)) for cid, name, definition, ex in todo
+        written: list[tuple[uuid.UUID, tuple[SyntheticSpec | DerivedSpec, dict[str, str]]]] = [
+            (cid, (derived[cid], {}) if cid in derived else await self._spec(name, definition, ex))
+            for cid, name, definition, ex in todo
         ]
         async with ctx.record() as session:
             for capability_id, (spec, writer) in written:
@@ -243,7 +268,15 @@ class SynthesizeHandlers:
             capability,
             msg.agent_id,
             msg.cycle_id,
-            adjust(decode(msgspec.json.encode(row.spec)), result, self.calibration),
+            (
+                adjust_derived(
+                    decode_derived(msgspec.json.encode(row.spec)),
+                    too_hard=result.direction == "easier",
+                    max_hint_share=self.cfg.max_hint_share,
+                )
+                if is_derived(row.spec)
+                else adjust(decode(msgspec.json.encode(row.spec)), result, self.calibration)
+            ),
             attempt + 1,
         )
 
@@ -254,18 +287,31 @@ class SynthesizeHandlers:
         capability: Capability,
         agent_id: uuid.UUID,
         cycle_id: uuid.UUID | None,
-        spec: SyntheticSpec,
+        spec: SyntheticSpec | DerivedSpec,
         attempt: int,
     ) -> None:
         """Store the spec as a new environment version and ask for its calibration rollout."""
-        problems = validate(spec, toolbox_schemas()) or check_deterministic(
-            spec, range(self.cfg.determinism_seeds)
-        )
-        if problems:
-            _give_up(ctx, capability, cycle_id, {"reason": "invalid spec", "problems": problems})
-            log.error("generated spec rejected", capability=capability.name, problems=problems)
-            return
-        env = SyntheticEnvironment(spec)
+        env: SyntheticEnvironment | DerivedEnvironment
+        if isinstance(spec, DerivedSpec):
+            try:
+                env = DerivedEnvironment(spec, await open_environment(spec.target))
+            except InvalidSpecError as exc:
+                _give_up(
+                    ctx, capability, cycle_id, {"reason": "invalid spec", "problems": [str(exc)]}
+                )
+                log.error("derived spec rejected", capability=capability.name, error=str(exc))
+                return
+        else:
+            problems = validate(spec, toolbox_schemas()) or check_deterministic(
+                spec, range(self.cfg.determinism_seeds)
+            )
+            if problems:
+                _give_up(
+                    ctx, capability, cycle_id, {"reason": "invalid spec", "problems": problems}
+                )
+                log.error("generated spec rejected", capability=capability.name, problems=problems)
+                return
+            env = SyntheticEnvironment(spec)
         try:
             all_tasks = env.tasks()
         except GeneratorError as exc:
@@ -316,6 +362,24 @@ class SynthesizeHandlers:
             ),
             key=str(row.id),
         )
+
+
+async def _failed_tasks(session: AsyncSession, capability: Capability) -> list[str]:
+    """The tasks (external ids) of the failed trajectories the capability was found in."""
+    ids = []
+    for raw in capability.evidence.get("failed_examples", []):
+        try:
+            ids.append(uuid.UUID(str(raw)))
+        except ValueError:
+            continue
+    if not ids:
+        return []
+    rows = await session.scalars(
+        select(Task.external_id)
+        .join(Trajectory, Trajectory.task_id == Task.id)
+        .where(Trajectory.id.in_(ids))
+    )
+    return sorted(set(rows))
 
 
 async def _versions(session: AsyncSession, capability: Capability) -> dict[int, str]:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.envs.protocol import Environment
-from shared.envs.registry import UnknownEnvironmentError, open_environment
+from shared.envs.registry import UnknownEnvironmentError, get_environment, open_environment
 from shared.store.models import Environment as EnvironmentRow
 
 SYNTHETIC = "synthetic/"
@@ -53,8 +53,14 @@ async def load_environment(session: AsyncSession, ref: str) -> Environment:
 
 @lru_cache(maxsize=32)
 def _build(raw: bytes) -> Environment:
-    """Specs are data: the same bytes give the same environment, built once per process."""
+    """Specs are data: the same bytes give the same environment, built once per process. A
+    derived spec (a plug-in target's own tasks) is told apart by its `kind`."""
+    from shared.envs.derived.env import DerivedEnvironment
+    from shared.envs.derived.spec import decode_derived, is_derived
     from shared.envs.synthetic import SyntheticEnvironment
     from shared.envs.synthetic.spec import decode
 
+    if is_derived(msgspec.json.decode(raw)):
+        spec = decode_derived(raw)
+        return DerivedEnvironment(spec, get_environment(spec.target))
     return SyntheticEnvironment(decode(raw))

@@ -1,0 +1,107 @@
+"""Synthesize + rollout for an agent on a plug-in target (examples/hotel_desk): the capability
+gets a derived environment (the target's own tasks in new seeded worlds, graded with the
+capability's check), calibrated through the real rollout service like any other."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiohttp.test_utils import TestServer
+from retrace_hotel_desk.env import HotelDesk
+from sqlalchemy import select
+
+from services.rollout.config import RolloutConfig
+from services.rollout.service import build as build_rollout
+from services.synthesize.config import SynthesizeConfig
+from services.synthesize.service import build as build_synthesize
+from shared.bus import NatsBus
+from shared.config import ModelConfig, ServiceConfig
+from shared.messages import CapabilitiesIdentified
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Capability, Environment, Trajectory
+from shared.store.tenants import create_tenant
+from tests.integration.test_delivery import eventually, healthy
+from tests.support.oracle_llm import OracleLLM
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _fields(cfg: ServiceConfig) -> dict[str, object]:
+    return {f: getattr(cfg, f) for f in cfg.__struct_fields__}
+
+
+async def test_a_plugin_target_gets_a_derived_environment(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "desk", model="oracle", environment="hotel-desk")
+        capability = Capability(
+            agent_id=agent.id,
+            name="valid_tool_arguments",
+            definition="Tool calls carry schema-valid arguments.",
+            status="identified",
+        )
+        session.add(capability)
+        await session.flush()
+        agent_id, capability_id = agent.id, capability.id
+    # the oracle plays each request's reference, found in the target's world 0: in the other
+    # worlds it may book the wrong room or miss a reservation, and half its samples refuse
+    oracle = TestServer(OracleLLM(HotelDesk(), fail_rate=0.5).app())
+    await oracle.start_server()
+    url = f"http://127.0.0.1:{oracle.port}/v1"
+    services = [
+        build_rollout(RolloutConfig(**{**_fields(service_cfg), "model": ModelConfig(url=url)})),  # type: ignore[arg-type]
+        build_synthesize(
+            SynthesizeConfig(
+                calibration_tasks=8, calibration_samples=4, max_regenerations=1,  # type: ignore[arg-type]
+                **_fields(service_cfg),
+            )
+        ),
+    ]  # fmt: skip
+    runs = [asyncio.create_task(s.run()) for s in services]
+    for s in services:
+        await eventually(lambda s=s: healthy(s))
+    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
+    await bus.publish(
+        "acme",
+        CapabilitiesIdentified(agent_id=agent_id, capability_ids=[capability_id]),
+        msg_id=f"caps-{uuid.uuid4()}",
+    )
+
+    async def settled() -> bool:
+        async with store.tenant("acme") as session:
+            rows = list(
+                await session.scalars(select(Environment).where(Environment.kind == "synthetic"))
+            )
+        return any(r.status in ("ready", "failed") for r in rows)
+
+    await eventually(settled, within=180)
+    for s in services:
+        s.stop()
+    await asyncio.gather(*runs)
+    await bus.close()
+    await oracle.close()
+    async with store.tenant("acme") as session:
+        rows = list(
+            await session.scalars(
+                select(Environment)
+                .where(Environment.kind == "synthetic")
+                .order_by(Environment.version)
+            )
+        )
+        rewards = list(
+            await session.scalars(
+                select(Trajectory.reward).where(Trajectory.environment_id == rows[0].id)
+            )
+        )
+    first = rows[0]
+    assert first.name == "synthetic/valid_tool_arguments-on-hotel-desk"
+    assert first.spec["kind"] == "derived" and first.spec["target"] == "hotel-desk"
+    assert first.spec["check"] == "valid_tool_arguments"
+    assert first.calibration["result"]["rollouts"] == 32
+    assert len(rewards) == 32 and len(set(rewards)) > 1  # graded, and not all alike
