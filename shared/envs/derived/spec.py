@@ -18,7 +18,7 @@ import msgspec
 
 from shared.envs.synthetic.spec import Capability, InvalidSpecError
 
-DERIVED = "derived"
+DERIVED: Literal["derived"] = "derived"
 
 
 class DerivedSpec(msgspec.Struct, kw_only=True, frozen=True):
