@@ -21,6 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from shared import openapi
 from shared.envs.protocol import ToolCall, ToolCallFunction
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.llm.openai_types import (
@@ -44,6 +45,7 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.serving.engine import Delta, Engine, Output
+from shared.serving.openapi import ServerHealth, model_server_openapi
 from shared.serving.prompts import PromptBuilder
 from shared.serving.sampling import SamplingParams
 
@@ -75,7 +77,7 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return openai_error(500, "internal error (logged by the model server)", "server_error")
 
 
-OPEN_PATHS = frozenset({"/healthz", "/health"})
+OPEN_PATHS = frozenset({"/healthz", "/health", "/openapi.json"})
 """What the model server answers without its key: whether it is up."""
 MAX_BODY_BYTES = 4 << 20
 """Largest request body (413 above): far more text than any context window served here holds,
@@ -141,6 +143,7 @@ class ModelServer:
         app.router.add_get("/healthz", self.health)
         app.router.add_get("/health", self.health)  # vLLM's path
         app.router.add_get("/metrics", self.metrics)
+        openapi.serve(app, model_server_openapi())
         return app
 
     @web.middleware
@@ -443,9 +446,10 @@ class ModelServer:
         self.engine.kv.drop(name)
 
     async def health(self, _: web.Request) -> web.Response:
-        return web.json_response(
-            {"status": "ok", "model": self.served_name, "adapters": sorted(self.engine.adapters)}
+        health = ServerHealth(
+            status="ok", model=self.served_name, adapters=sorted(self.engine.adapters)
         )
+        return web.Response(body=msgspec.json.encode(health), content_type="application/json")
 
     async def metrics(self, _: web.Request) -> web.Response:
         self.tokens.set(self.engine.stats.generated_tokens)

@@ -9,7 +9,8 @@
 turn already taken (a client retrying after a lost answer) gets the answer it had, and is not
 applied twice. Errors are `{"error": {"message", "type"}}` with a 4xx status (the request was
 wrong; retrying cannot help) or 5xx (the environment failed; the client retries).
-docs/environment-http.json is the OpenAPI document, generated from these Structs.
+docs/environment-http.json is the OpenAPI document, generated from these Structs
+(`python -m tests.support.openapi_docs`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import msgspec
 
 from shared.envs.protocol import Message, Split
+from shared.openapi import Route, document
 
 VERSION = 1
 PREFIX = f"/v{VERSION}"
@@ -85,53 +87,19 @@ class ErrorResponse(msgspec.Struct, kw_only=True, frozen=True):
     error: ErrorBody
 
 
-ROUTES: tuple[tuple[str, str, type | None, type, str], ...] = (
-    ("get", "/tasks", None, TaskList, "Every task with its split."),
-    ("post", "/reset", ResetRequest, ResetResponse, "Start a seeded, deterministic episode."),
-    (
-        "post",
-        "/step",
-        StepRequest,
-        StepResponse,
-        "Answer one assistant message (idempotent per turn).",
-    ),
-    ("post", "/score", ScoreRequest, ScoreResponse, "Grade the episode as it stands."),
-)
-"""(method, path under PREFIX, request body, response body, summary): the OpenAPI document
-and the reference server are built from this table."""
+ROUTES = (
+    Route("get", PREFIX + "/tasks", "Every task with its split.", response=TaskList, secured=False),
+    Route("post", PREFIX + "/reset", "Start a seeded, deterministic episode.", ResetRequest,
+          ResetResponse, secured=False),
+    Route("post", PREFIX + "/step", "Answer one assistant message (idempotent per turn).",
+          StepRequest, StepResponse, secured=False),
+    Route("post", PREFIX + "/score", "Grade the episode as it stands.", ScoreRequest,
+          ScoreResponse, secured=False),
+)  # fmt: skip
 
 
 def openapi() -> dict[str, Any]:
     """The protocol's OpenAPI 3.1 document."""
-    bodies = [t for _, _, req, resp, _ in ROUTES for t in (req, resp) if t is not None]
-    refs, components = msgspec.json.schema_components(
-        [*bodies, ErrorResponse], ref_template="#/components/schemas/{name}"
+    return document(
+        "retrace environment protocol", str(VERSION), (__doc__ or "").strip(), ROUTES, ErrorResponse
     )
-    ref = dict(zip([*bodies, ErrorResponse], refs, strict=True))
-
-    def content(t: type) -> dict[str, Any]:
-        return {"application/json": {"schema": ref[t]}}
-
-    paths: dict[str, Any] = {}
-    for method, path, request, response, summary in ROUTES:
-        operation: dict[str, Any] = {
-            "summary": summary,
-            "responses": {
-                "200": {"description": "OK", "content": content(response)},
-                "4XX": {"description": "The request was wrong", "content": content(ErrorResponse)},
-                "5XX": {"description": "The environment failed", "content": content(ErrorResponse)},
-            },
-        }
-        if request is not None:
-            operation["requestBody"] = {"required": True, "content": content(request)}
-        paths[PREFIX + path] = {method: operation}
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "retrace environment protocol",
-            "version": str(VERSION),
-            "description": (__doc__ or "").strip(),
-        },
-        "paths": paths,
-        "components": {"schemas": components},
-    }
