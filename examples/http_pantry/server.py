@@ -220,7 +220,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(404, "not_found", self.path)
         with episode.lock:
             turn = body.get("turn")
-            if not isinstance(turn, int) or turn > len(episode.answers):
+            if not isinstance(turn, int) or turn < 0 or turn > len(episode.answers):
                 return self._error(
                     409, "turn_out_of_order", f"turn {turn} sent before turn {len(episode.answers)}"
                 )

@@ -21,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from services.contrast.trajectory import MalformedTrajectoryError, TrajectoryView
 from shared.envs.loading import load_environment, row_ref
 from shared.envs.protocol import Environment, Split, TaskSpec
-from shared.envs.reference import MalformedReferenceError, replay
+from shared.envs.reference import areplay, replay
 from shared.envs.registry import UnknownEnvironmentError
+from shared.envs.runner import EpisodeResult
 from shared.logging import get_logger
 from shared.store.models import Environment as EnvironmentRow
 from shared.store.models import Task, Trajectory
@@ -59,8 +60,20 @@ async def reference_views(
         if env is not None:
             task = TaskSpec(id=external_id, kind=kind, split=cast(Split, split), data=spec)
             tasks.append((env, task))
-    # Replaying is CPU work (building worlds, running tools): off the event loop.
-    return await asyncio.to_thread(_replay_all, tasks)
+    # Replaying is CPU work (building worlds, running tools): off the event loop. Environments
+    # whose episodes start asynchronously (HTTP, MCP) are replayed on it, as they await.
+    remote = [(env, task) for env, task in tasks if getattr(env, "areset", None) is not None]
+    views = await asyncio.to_thread(_replay_all, [p for p in tasks if p not in remote])
+    for env, task in remote:
+        try:
+            result = await areplay(env, task)
+        except Exception as exc:  # noqa: BLE001  the environment failed: the reference is left out
+            log.warning("reference left out: its replay failed", task=task.id, error=repr(exc))
+            continue
+        view = _view(task, result)
+        if view is not None:
+            views.append(view)
+    return views
 
 
 async def _environment(session: AsyncSession, row: EnvironmentRow) -> Environment | None:
@@ -77,31 +90,37 @@ def _replay_all(tasks: list[tuple[Environment, TaskSpec]]) -> list[TrajectoryVie
     for env, task in tasks:
         try:
             result = replay(env, task)
-        except MalformedReferenceError as exc:
-            log.warning("reference left out", task=task.id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001  a malformed reference or a failing environment
+            log.warning("reference left out: its replay failed", task=task.id, error=repr(exc))
             continue
-        if result is None:
-            continue
-        if not result.score.success:
-            log.warning(
-                "reference left out: it does not succeed",
-                task=task.id,
-                reward=result.score.reward,
-                notes=result.score.notes,
-            )
-            continue
-        try:
-            views.append(
-                TrajectoryView.from_stored(
-                    id=f"{PREFIX}{task.id}",
-                    task_id=task.id,
-                    task_kind=task.kind,
-                    success=True,
-                    reward=result.score.reward,
-                    messages=result.messages,
-                    reward_breakdown={"calls": result.calls, "error": None},
-                )
-            )
-        except MalformedTrajectoryError as exc:
-            log.warning("reference left out", task=task.id, error=str(exc))
+        view = _view(task, result)
+        if view is not None:
+            views.append(view)
     return views
+
+
+def _view(task: TaskSpec, result: EpisodeResult | None) -> TrajectoryView | None:
+    """The replay as a successful trajectory; None without a reference, or when it fails."""
+    if result is None:
+        return None
+    if not result.score.success:
+        log.warning(
+            "reference left out: it does not succeed",
+            task=task.id,
+            reward=result.score.reward,
+            notes=result.score.notes,
+        )
+        return None
+    try:
+        return TrajectoryView.from_stored(
+            id=f"{PREFIX}{task.id}",
+            task_id=task.id,
+            task_kind=task.kind,
+            success=True,
+            reward=result.score.reward,
+            messages=result.messages,
+            reward_breakdown={"calls": result.calls, "error": None},
+        )
+    except MalformedTrajectoryError as exc:
+        log.warning("reference left out", task=task.id, error=str(exc))
+        return None

@@ -8,8 +8,7 @@ import uuid
 
 from services.evaluator.state import BASE, Evaluation, adapter_config
 from shared.bus.delivery import HandlerContext
-from shared.envs.protocol import Split
-from shared.envs.registry import get_environment
+from shared.envs.protocol import Environment, Split
 from shared.envs.selection import pick_tasks
 from shared.messages import CycleSettings, RolloutRequested, Sampling
 from shared.store.models import Adapter, Agent, Cycle
@@ -23,14 +22,14 @@ def request_evaluations(
     ctx: HandlerContext,
     cycle: Cycle,
     agent: Agent,
+    env: Environment,
     settings: CycleSettings,
     adapters: list[Adapter],
     production: list[Adapter],
     extra: dict[str, Configuration],
 ) -> Evaluation:
     """Ask for the base model, each new adapter, the production adapters and `extra`
-    configurations (the baselines) on the test split."""
-    env = get_environment(agent.environment)
+    configurations (the baselines) on the test split of the agent's environment `env`."""
     tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
     configs: dict[str, Configuration] = {BASE: (None, None)}
     configs.update({adapter_config(a.name): (a.name, None) for a in [*adapters, *production]})

@@ -352,8 +352,9 @@ class EvaluatorHandlers:
             )
             if a.id not in new
         ]
+        target = await open_environment(agent.environment)  # off the loop when not cached
         data.evaluation = request_evaluations(
-            ctx, cycle, agent, data.settings, adapters, production, extra
+            ctx, cycle, agent, target, data.settings, adapters, production, extra
         )
         machine.move(cycle, State.EVALUATING, on)
 

@@ -186,7 +186,8 @@ async def _outcomes(
     ungraded = 0
     for task, kind, _, success, reward, messages in rows:
         kinds[task] = kind
-        openings.setdefault(task, first_user_text(messages))
+        if messages:  # an episode whose reset failed has none: not the task's opening
+            openings.setdefault(task, first_user_text(messages))
         if reward is None:  # the environment broke the episode: not the configuration's doing
             ungraded += 1
             continue

@@ -24,7 +24,7 @@ from shared.envs.derived.env import DerivedEnvironment
 from shared.envs.derived.spec import DerivedSpec, decode_derived, is_derived
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import synthetic_ref
-from shared.envs.registry import open_environment
+from shared.envs.registry import BUILTIN, open_environment
 from shared.envs.synthetic import (
     CalibrationConfig,
     SyntheticEnvironment,
@@ -36,9 +36,9 @@ from shared.envs.synthetic import (
     toolbox_schemas,
     validate,
 )
-from shared.envs.synthetic.spec import InvalidSpecError, decode
-from shared.envs.synthetic.target import TARGETS
+from shared.envs.synthetic.spec import decode
 from shared.envs.synthetic.tasks import GeneratorError
+from shared.errors import PermanentError
 from shared.llm.client import LLMClient
 from shared.logging import get_logger
 from shared.messages import (
@@ -103,17 +103,14 @@ class SynthesizeHandlers:
                     continue
                 if _taken(capability, await _versions(session, capability)):
                     continue
-                if target not in TARGETS:
+                if target not in BUILTIN:
                     # a plug-in target: the capability is isolated by replaying its own tasks
-                    train = [
-                        t.id for t in (await open_environment(target)).tasks() if t.split == "train"
-                    ]
                     derived[capability.id] = derived_spec(
                         target,
                         capability.name,
                         capability.definition,
                         await _failed_tasks(session, capability),
-                        train,
+                        await _train_tasks(target),
                     )
                 excerpts = (
                     await self._failure_excerpts(session, capability)
@@ -295,7 +292,7 @@ class SynthesizeHandlers:
         if isinstance(spec, DerivedSpec):
             try:
                 env = DerivedEnvironment(spec, await open_environment(spec.target))
-            except InvalidSpecError as exc:
+            except PermanentError as exc:  # the spec, or a target that no longer loads
                 _give_up(
                     ctx, capability, cycle_id, {"reason": "invalid spec", "problems": [str(exc)]}
                 )
@@ -362,6 +359,17 @@ class SynthesizeHandlers:
             ),
             key=str(row.id),
         )
+
+
+async def _train_tasks(target: str) -> list[str]:
+    """The target's train task ids; none when it does not load (synthesis then gives up on
+    it with the reason, in `_calibrate`)."""
+    try:
+        env = await open_environment(target)
+    except PermanentError as exc:
+        log.warning("target environment does not load", target=target, error=str(exc))
+        return []
+    return [t.id for t in env.tasks() if t.split == "train"]
 
 
 async def _failed_tasks(session: AsyncSession, capability: Capability) -> list[str]:

@@ -11,8 +11,8 @@ import click
 from rich.table import Table
 
 from shared.cli.context import load_settings, make_console, open_store, urls
-from shared.envs.registry import get_environment
-from shared.errors import PermanentError
+from shared.envs.registry import canonical, get_environment
+from shared.errors import PermanentError, RetryableError
 from shared.store import migrate as migrations
 from shared.store.agents import create_agent, list_agents
 from shared.store.tenants import (
@@ -182,9 +182,10 @@ def agent_create(
     """Register an agent for a tenant."""
     cfg = load_settings()
     prompt = prompt_file.read_text(encoding="utf-8") if prompt_file else ""
+    environment = canonical(environment)
     try:
         get_environment(environment)  # a name that cannot run fails now, not at rollout
-    except PermanentError as exc:
+    except (PermanentError, RetryableError) as exc:
         raise click.ClickException(str(exc)) from exc
 
     async def run() -> str:

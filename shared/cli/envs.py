@@ -11,9 +11,9 @@ from rich.table import Table
 
 from shared.cli.context import make_console
 from shared.envs import conformance
-from shared.envs.registry import available, get_environment
+from shared.envs.registry import available, canonical, get_environment
 from shared.envs.remote.client import is_http_ref
-from shared.errors import PermanentError
+from shared.errors import PermanentError, RetryableError
 
 console = make_console()
 
@@ -37,7 +37,7 @@ def env_list() -> None:
     for name, where in sorted(names.items()):
         try:
             splits = Counter(task.split for task in get_environment(name).tasks())
-        except PermanentError as exc:
+        except (PermanentError, RetryableError) as exc:
             table.add_row(name, where, "", "", "", f"[red]unavailable[/red]: {exc}")
             continue
         total = sum(splits.values())
@@ -49,10 +49,11 @@ def env_list() -> None:
 @click.argument("name")
 def env_check(name: str) -> None:
     """Load one environment and run every conformance check on it (an async reset included)."""
+    name = canonical(name)
     try:
         where = available().get(name) or ("over HTTP" if is_http_ref(name) else "retrace")
         tasks = asyncio.run(conformance.acheck(get_environment(name), where))
-    except PermanentError as exc:
+    except (PermanentError, RetryableError) as exc:
         raise click.ClickException(str(exc)) from exc
     splits = Counter(task.split for task in tasks)
     console.print(
@@ -73,8 +74,8 @@ def env_serve(name: str, host: str, port: int) -> None:
     from shared.envs.remote.server import environment_app
 
     try:
-        app = environment_app(get_environment(name))
-    except PermanentError as exc:
+        app = environment_app(get_environment(canonical(name)))
+    except (PermanentError, RetryableError) as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(f"serving {name} on http://{host}:{port}/v1 (Ctrl-C stops)")
     web.run_app(app, host=host, port=port, print=None)

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from shared.bus import NatsBus
 from shared.cli.context import load_settings, make_console, urls
 from shared.config import ServiceConfig
-from shared.envs.registry import get_environment
+from shared.envs.registry import canonical, get_environment
 from shared.envs.selection import pick_tasks
 from shared.errors import PermanentError
 from shared.messages import Purpose, RolloutRequested, Sampling, Split
@@ -180,7 +180,7 @@ def rollout(
                 cfg,
                 agent_name=agent_name,
                 tenant=tenant,
-                env_ref=env_ref,
+                env_ref=canonical(env_ref) if env_ref else None,
                 split=split,
                 limit=limit,
                 trials=trials,

@@ -18,7 +18,7 @@ import jsonschema
 import msgspec
 
 from shared.envs.kit.schema import NAME
-from shared.envs.protocol import Environment, Episode, Message, TaskSpec, start
+from shared.envs.protocol import Environment, Episode, Message, TaskSpec, close, start
 from shared.errors import PermanentError
 
 REF = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
@@ -46,12 +46,16 @@ async def acheck(env: Environment, origin: str) -> list[TaskSpec]:
     """Every check, an async reset included."""
     tasks = _tasks(env, origin)
 
-    async def reset(task: TaskSpec) -> Episode:
-        return await _guard(lambda: start(env, task, 0), env, origin, f"reset of {task.id!r}")
+    async def opening(task: TaskSpec) -> dict[str, Any]:
+        episode = await _guard(lambda: start(env, task, 0), env, origin, f"reset of {task.id!r}")
+        try:
+            return _episode(episode, task, env, origin)
+        finally:
+            await close(episode)  # a probe holds a tool server's process or an HTTP episode
 
     probes = _probes(tasks)
-    first = [_episode(await reset(t), t, env, origin) for t in probes]
-    again = [_episode(await reset(t), t, env, origin) for t in probes]
+    first = [await opening(t) for t in probes]
+    again = [await opening(t) for t in probes]
     _compare(first, again, probes, env, origin)
     return tasks
 

@@ -12,7 +12,7 @@ import time
 
 import msgspec
 
-from shared.envs.protocol import Environment, Message, TaskSpec
+from shared.envs.protocol import Environment, Message, TaskSpec, advance, close, grade, start
 from shared.envs.runner import EpisodeResult, call_records
 
 
@@ -68,3 +68,35 @@ def replay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeResult | N
         turns=turns,
         calls=call_records(episode),
     )
+
+
+async def areplay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeResult | None:
+    """`replay` for environments whose episodes start asynchronously (HTTP, MCP); the episode
+    is closed however the replay ends."""
+    reference = reference_of(task)
+    if reference is None:
+        return None
+    episode = await start(env, task, seed)
+    try:
+        history: list[Message] = [
+            Message(role="system", content=episode.system_prompt),
+            *episode.messages,
+        ]
+        started = time.perf_counter()
+        turns = 0
+        for message in reference:
+            history.append(message)
+            turns += 1
+            result = await advance(episode, message)
+            history.extend(result.messages)
+            if result.done:
+                break
+        return EpisodeResult(
+            messages=[msgspec.to_builtins(m) for m in history],
+            score=await grade(episode),
+            latency_ms=(time.perf_counter() - started) * 1000,
+            turns=turns,
+            calls=call_records(episode),
+        )
+    finally:
+        await close(episode)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 from shared.envs import plugins
 from shared.envs.conformance import BrokenEnvironmentError
@@ -92,6 +93,15 @@ def _mcp(ref: str) -> Environment:
             "pip install 'retrace[mcp]'"
         ) from exc
     return McpEnvironment.from_ref(ref)
+
+
+def canonical(ref: str) -> str:
+    """The reference as services must store it: an `mcp:` file as an absolute path (a relative
+    one would resolve against each reader's own working directory, and one file spelled two
+    ways would be two environments)."""
+    if ref.startswith("mcp:"):
+        return "mcp:" + str(Path(ref.removeprefix("mcp:")).expanduser().resolve())
+    return ref
 
 
 async def open_environment(ref: str) -> Environment:

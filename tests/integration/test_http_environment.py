@@ -194,3 +194,26 @@ async def test_the_rollout_service_runs_an_http_environment(
     assert await run == 0
     await bus.close()
     await oracle.close()
+
+
+async def test_an_environment_failing_behind_the_server_is_stored_ungraded_not_retried() -> None:
+    """`retrace env serve` answers an exception from the environment with 422: the same step
+    would fail again (or apply twice), so the episode ends ungraded instead of being retried."""
+
+    class BrokenDesk(HotelDesk):
+        def user_reply(self, task, state, turn):  # type: ignore[no-untyped-def]
+            raise KeyError("the user simulator lost its script")
+
+    server = TestServer(environment_app(BrokenDesk()))
+    await server.start_server()
+    try:
+        env = await remote(f"http://127.0.0.1:{server.port}")
+        async for serve in serving():
+            client = await serve(FakeJudge(script("Anything else?")))
+            result = await run_episode(client, "m", env, env.tasks()[0], 0)
+            assert result.env_error and not result.model_error
+            assert "environment_error" in (result.error or "") or "lost its script" in (
+                result.error or ""
+            )
+    finally:
+        await server.close()

@@ -190,3 +190,13 @@ async def test_the_rollout_service_runs_an_mcp_environment(
     assert await run == 0
     await bus.close()
     await oracle.close()
+
+
+async def test_references_replay_asynchronously_for_the_diagnosis() -> None:
+    """Contrast replays references as successful examples; an MCP environment has no
+    synchronous reset, so its references go through `areplay` (and each server is closed)."""
+    from shared.envs.reference import areplay
+
+    env = get_environment(REF)
+    results = [await areplay(env, task) for task in env.tasks()[:3]]
+    assert all(r is not None and r.score.success for r in results)

@@ -139,3 +139,41 @@ def test_names_must_be_what_openai_accepts() -> None:
 def test_unsupported_annotations_say_what_is_supported(annotation: Any) -> None:
     with pytest.raises(ToolDefinitionError):
         annotation_schema(annotation)
+
+
+def test_an_enum_parameter_reaches_the_tool_as_its_member(tmp_path: Any) -> None:
+    import random
+    from pathlib import Path
+
+    from shared.envs.kit import TaskFileEnvironment
+    from shared.envs.protocol import Message, ToolCall, ToolCallFunction
+
+    seen: list[object] = []
+
+    def pick(state: dict[str, Any], colour: Colour, other: Colour | None = None) -> str:
+        """Pick a colour."""
+        seen.extend([colour, other])
+        return colour.value
+
+    tasks = Path(tmp_path) / "tasks.jsonl"
+    tasks.write_text(
+        '{"id": "a", "split": "train", "prompt": "p"}\n'
+        '{"id": "b", "split": "test", "prompt": "q"}\n',
+        encoding="utf-8",
+    )
+
+    class Env(TaskFileEnvironment[dict[str, Any]]):
+        name = "colours"
+        task_file = tasks
+        tools = (pick,)
+
+        def initial_state(self, task: Any, rng: random.Random) -> dict[str, Any]:
+            return {}
+
+        def reward(self, task: Any, transcript: Any) -> float:
+            return 0.0
+
+    episode = Env().reset(Env().tasks()[0], 0)
+    call = ToolCall(id="c", function=ToolCallFunction(name="pick", arguments='{"colour": "red"}'))
+    [answer] = episode.step(Message(role="assistant", tool_calls=[call])).messages
+    assert answer.content == '"red"' and seen == [Colour.RED, None]

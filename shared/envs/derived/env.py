@@ -28,6 +28,10 @@ class DerivedEnvironment:
                 f"derived spec {spec.name!r}: target {spec.target!r} starts its episodes "
                 "asynchronously (HTTP, MCP); training environments need a synchronous reset"
             )
+        if not spec.task_ids:
+            raise InvalidSpecError(
+                f"derived spec {spec.name!r}: target {spec.target!r} gave no train task to replay"
+            )
         if spec.check is not None and spec.check not in CHECKS:
             raise InvalidSpecError(f"derived spec {spec.name!r}: unknown check {spec.check!r}")
         self.spec = spec

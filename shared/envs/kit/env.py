@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from shared.envs.kit.schema import function_schema
+from shared.envs.kit.schema import enum_arguments, function_schema
 from shared.envs.kit.tasks import read_tasks
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
 from shared.envs.tools import CallRecord, Tool, ToolBox
@@ -111,7 +111,7 @@ class TaskFileEnvironment(Generic[S]):
                     name=schema["function"]["name"],
                     description=schema["function"]["description"],
                     parameters=schema["function"]["parameters"],
-                    fn=functools.partial(fn, state),
+                    fn=_bound(fn, state),
                 )
                 for fn, schema in zip(self.tools, self._schemas, strict=True)
             }
@@ -125,6 +125,20 @@ class TaskFileEnvironment(Generic[S]):
             tools=[dict(s) for s in self._schemas],
             messages=self.first_messages(task),
         )
+
+
+def _bound(fn: Callable[..., Any], state: Any) -> Callable[..., Any]:
+    """`fn` with the state filled in, Enum arguments turned from values into members (the
+    schema has already checked every value is one)."""
+    enums = enum_arguments(fn)
+
+    def call(**arguments: Any) -> Any:
+        for name, kind in enums.items():
+            if arguments.get(name) is not None:
+                arguments[name] = kind(arguments[name])
+        return fn(state, **arguments)
+
+    return call
 
 
 @dataclass

@@ -149,3 +149,14 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     if "enum" in schema:
         out["enum"] = [*schema["enum"], None]
     return out
+
+
+def enum_arguments(fn: Callable[..., Any]) -> dict[str, type[enum.Enum]]:
+    """Parameters annotated with an Enum (or `Enum | None`): the model sends their values, the
+    tool receives the members."""
+    out: dict[str, type[enum.Enum]] = {}
+    for name, annotation in typing.get_type_hints(fn).items():
+        present = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+        if len(present) == 1 and isinstance(present[0], type) and issubclass(present[0], enum.Enum):
+            out[name] = present[0]
+    return out

@@ -37,6 +37,9 @@ class McpSession:
         self._owner = asyncio.create_task(self._own(), name="mcp-session")
         try:
             self.tools = await asyncio.wait_for(asyncio.shield(self._ready), self.timeout_s)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.close())  # a cancelled reset leaves no server behind
+            raise
         except (TimeoutError, Exception) as exc:
             await self.close()
             raise RetryableError(

@@ -1,8 +1,11 @@
 """Any environment served over the HTTP environment protocol (`retrace env serve <name>`): the
 reference server, and the way to run an environment in a process of its own.
 
-Episodes live in memory, the oldest dropped past `max_episodes`. Each keeps the answers to its
-steps, so a step sent again for a turn already taken gets the same answer (idempotent retries).
+Episodes live in memory, the oldest dropped (and closed) past `max_episodes`; all are closed
+when the server stops. An exception from the environment answers 422 `environment_error`: the
+same request would fail again, so the client stores the episode ungraded rather than retry.
+Each episode keeps the answers to its steps, so a step sent again for a turn already taken gets
+the same answer (idempotent retries).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from shared.envs.protocol import Environment, Episode, advance, grade, start
+from shared.envs.protocol import Environment, Episode, advance, close, grade, start
 from shared.envs.remote.wire import (
     PREFIX,
     ErrorBody,
@@ -84,7 +87,8 @@ def environment_app(env: Environment, *, max_episodes: int = 4096) -> web.Applic
         episode_id = uuid.uuid4().hex
         live[episode_id] = _Live(episode)
         while len(live) > max_episodes:
-            live.popitem(last=False)
+            _, dropped = live.popitem(last=False)
+            await _release(dropped.episode)
         return _json(
             ResetResponse(
                 episode_id=episode_id,
@@ -124,7 +128,13 @@ def environment_app(env: Environment, *, max_episodes: int = 4096) -> web.Applic
             )
         )
 
+    async def close_all(_: web.Application) -> None:
+        while live:
+            _, state = live.popitem()
+            await _release(state.episode)
+
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
+    app.on_cleanup.append(close_all)
     app.router.add_get(PREFIX + "/tasks", list_tasks)
     app.router.add_post(PREFIX + "/reset", reset)
     app.router.add_post(PREFIX + "/step", step)
@@ -141,9 +151,11 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return _error(exc.status, exc.kind, exc.message)
     except web.HTTPException as exc:
         return _error(exc.status, "http_error", exc.reason)
-    except Exception as exc:  # the environment's own code failed: the client may retry
+    except Exception as exc:  # the environment's own code failed on this request
+        # 422, not 5xx: running the same step again would fail the same way (or apply it
+        # twice); the client stores the episode ungraded instead of retrying it
         log.exception("environment failed", path=request.path)
-        return _error(500, "environment_error", f"{type(exc).__name__}: {exc}")
+        return _error(422, "environment_error", f"{type(exc).__name__}: {exc}")
 
 
 async def _decode(request: web.Request, kind: type[Any]) -> Any:
@@ -152,6 +164,13 @@ async def _decode(request: web.Request, kind: type[Any]) -> Any:
         return msgspec.json.decode(raw, type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _ProtocolError(400, "invalid_request", f"not a {kind.__name__}: {exc}") from None
+
+
+async def _release(episode: Episode) -> None:
+    try:
+        await close(episode)
+    except Exception:  # the environment's cleanup; the episode is gone either way
+        log.exception("closing an episode failed")
 
 
 def _json(body: msgspec.Struct) -> web.Response:

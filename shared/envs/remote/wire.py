@@ -7,15 +7,16 @@
 
 `turn` counts the episode's steps from 0 and makes a step idempotent: a step sent again with a
 turn already taken (a client retrying after a lost answer) gets the answer it had, and is not
-applied twice. Errors are `{"error": {"message", "type"}}` with a 4xx status (the request was
-wrong; retrying cannot help) or 5xx (the environment failed; the client retries).
+applied twice. Errors are `{"error": {"message", "type"}}`: 4xx when retrying cannot help (a
+wrong request, or `environment_error`, the environment failing on this one), 5xx or 429 when
+the environment is unavailable for now (the client retries).
 docs/environment-http.json is the OpenAPI document, generated from these Structs
 (`python -m tests.support.openapi_docs`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -55,7 +56,7 @@ class ResetResponse(msgspec.Struct, kw_only=True, frozen=True):
 
 class StepRequest(msgspec.Struct, kw_only=True, frozen=True):
     episode_id: str
-    turn: int
+    turn: Annotated[int, msgspec.Meta(ge=0)]
     """0 for the episode's first step, then 1, 2, ..."""
     message: Message
     """The assistant's message."""
