@@ -274,7 +274,9 @@ class ModelServer:
             chunks.append(chunk(index, {"content": text}))
 
         for i in range(req.n):
-            chunks.append(chunk(i, {"role": "assistant", "content": prefix}))
+            # with tools every text is held back (it may be a call) and sent whole at the end,
+            # the forced opening of a call with it: the first chunk carries only the role
+            chunks.append(chunk(i, {"role": "assistant", "content": ""}))
         job = asyncio.ensure_future(
             self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
         )
@@ -290,6 +292,8 @@ class ModelServer:
             if tools:
                 delta = msgspec.to_builtins(message)
                 delta.pop("role", None)
+                for number, call in enumerate(delta.get("tool_calls") or []):
+                    call["index"] = number  # a streamed call is addressed by its index
             reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
             await response.write(chunk(i, delta, reason))
         await response.write(b"data: [DONE]\n\n")
