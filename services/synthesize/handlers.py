@@ -242,7 +242,18 @@ class SynthesizeHandlers:
             )
             return
         row.status = "rejected"
-        if capability is None or attempt >= self.cfg.max_regenerations:
+        adjusted: SyntheticSpec | DerivedSpec | None = None
+        if capability is not None and attempt < self.cfg.max_regenerations:
+            adjusted = (
+                adjust_derived(
+                    decode_derived(msgspec.json.encode(row.spec)),
+                    too_hard=result.direction == "easier",
+                    max_hint_share=self.cfg.max_hint_share,
+                )
+                if is_derived(row.spec)
+                else adjust(decode(msgspec.json.encode(row.spec)), result, self.calibration)
+            )
+        if adjusted is None:  # out of attempts, or nothing left to adjust
             row.status = "failed"
             if capability is not None:
                 _give_up(
@@ -259,22 +270,9 @@ class SynthesizeHandlers:
                     },
                 )
             return
+        assert capability is not None
         await self._calibrate(
-            ctx,
-            ctx.session,
-            capability,
-            msg.agent_id,
-            msg.cycle_id,
-            (
-                adjust_derived(
-                    decode_derived(msgspec.json.encode(row.spec)),
-                    too_hard=result.direction == "easier",
-                    max_hint_share=self.cfg.max_hint_share,
-                )
-                if is_derived(row.spec)
-                else adjust(decode(msgspec.json.encode(row.spec)), result, self.calibration)
-            ),
-            attempt + 1,
+            ctx, ctx.session, capability, msg.agent_id, msg.cycle_id, adjusted, attempt + 1
         )
 
     async def _calibrate(

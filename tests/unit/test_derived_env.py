@@ -106,11 +106,16 @@ def test_unknown_tasks_and_checks_are_refused() -> None:
 def test_adjusting_moves_hints_first_then_the_check_weight() -> None:
     spec = _spec(hint_share=0.0, check_weight=0.5)
     easier = adjust_derived(spec, too_hard=True, max_hint_share=0.5)
+    assert easier is not None
     assert (easier.hint_share, easier.check_weight, easier.revision) == (0.25, 0.5, 1)
     easiest = adjust_derived(_spec(hint_share=0.5), too_hard=True, max_hint_share=0.5)
-    assert easiest.check_weight == pytest.approx(0.65)
+    assert easiest is not None and easiest.check_weight == pytest.approx(0.65)
     harder = adjust_derived(_spec(hint_share=0.0), too_hard=False, max_hint_share=0.5)
-    assert harder.check_weight == pytest.approx(0.35)
+    assert harder is not None and harder.check_weight == pytest.approx(0.35)
+    # nothing left to move: calibration stops instead of judging the same environment again
+    unchecked = _spec(check=None, hint_share=0.5)
+    assert adjust_derived(unchecked, too_hard=True, max_hint_share=0.5) is None
+    assert adjust_derived(_spec(check_weight=0.8, hint_share=0.5), True, 0.5) is None
 
 
 def _rec(ok: bool, error: str | None = None) -> CallRecord:

@@ -65,17 +65,22 @@ def derived_spec(
     )
 
 
-def adjust_derived(spec: DerivedSpec, too_hard: bool, max_hint_share: float) -> DerivedSpec:
+def adjust_derived(spec: DerivedSpec, too_hard: bool, max_hint_share: float) -> DerivedSpec | None:
     """One step easier (more hinted rollouts, then more weight on the capability check) or
-    harder (fewer hints, then more weight on the target's own reward); revision bumped."""
-    changes: dict[str, Any]
-    if too_hard:
-        if spec.hint_share < max_hint_share:
-            changes = {"hint_share": round(min(max_hint_share, spec.hint_share + 0.25), 4)}
-        else:
-            changes = {"check_weight": round(min(0.8, spec.check_weight + 0.15), 4)}
-    elif spec.hint_share > 0:
+    harder (fewer hints, then more weight on the target's own reward), revision bumped; None
+    when no setting can move (the blend means nothing without a check, and weights stop at
+    0.2 and 0.8), so calibration stops instead of judging the same environment again."""
+    changes: dict[str, Any] = {}
+    if too_hard and spec.hint_share < max_hint_share:
+        changes = {"hint_share": round(min(max_hint_share, spec.hint_share + 0.25), 4)}
+    elif not too_hard and spec.hint_share > 0:
         changes = {"hint_share": round(max(0.0, spec.hint_share - 0.25), 4)}
-    else:
-        changes = {"check_weight": round(max(0.2, spec.check_weight - 0.15), 4)}
+    elif spec.check is not None:
+        weight = (
+            min(0.8, spec.check_weight + 0.15) if too_hard else max(0.2, spec.check_weight - 0.15)
+        )
+        if round(weight, 4) != spec.check_weight:
+            changes = {"check_weight": round(weight, 4)}
+    if not changes:
+        return None
     return msgspec.structs.replace(spec, revision=spec.revision + 1, **changes)
