@@ -130,8 +130,7 @@ def environment_app(env: Environment, *, max_episodes: int = 4096) -> web.Applic
 
     async def close_all(_: web.Application) -> None:
         while live:
-            _, state = live.popitem()
-            await _release(state.episode)
+            await _release(live.popitem()[1].episode)
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors])
     app.on_cleanup.append(close_all)
