@@ -167,6 +167,11 @@ class RouterApp:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/feedback", self.feedback)
         app.router.add_get("/v1/models", self.models)
+        # imported here: the document is built from this module's Structs (Feedback)
+        from services.router.openapi import router_openapi
+        from shared.openapi import serve
+
+        serve(app, router_openapi())
 
     async def close(self, _: Service) -> None:
         if self._retrier is not None:

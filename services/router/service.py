@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from services.router.config import DEFAULT_PORT, RouterConfig
 from services.router.handlers import RouterApp
-from services.router.openapi import router_openapi
-from shared import openapi
 from shared.runtime.service import Service
 
 NAME = "router"
@@ -15,17 +11,12 @@ NAME = "router"
 
 def build(cfg: RouterConfig) -> Service:
     app = RouterApp(cfg)
-
-    def routes(web_app: web.Application) -> None:
-        app.routes(web_app)
-        openapi.serve(web_app, router_openapi())
-
     service = Service(
         NAME,
         cfg,
         {},
         default_port=DEFAULT_PORT,
-        routes=routes,
+        routes=app.routes,
         on_start=app.start,
         on_stop=app.close,
     )
