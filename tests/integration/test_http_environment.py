@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,14 +24,12 @@ from shared.envs.remote.server import environment_app
 from shared.envs.remote.wire import StepRequest, StepResponse
 from shared.envs.runner import run_episode
 from shared.errors import RetryableError
-from shared.messages import RolloutRequested, Sampling
 from shared.retry import RetryPolicy
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Trajectory
 from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import eventually
-from tests.integration.test_rollout_service import completed, rollout_cfg
+from tests.integration.test_rollout_service import completed, requested, rollout_cfg
 from tests.integration.test_rollout_service import start as start_service
 from tests.support.fake_chat import FakeJudge, script, serving
 from tests.support.oracle_llm import OracleLLM
@@ -168,21 +165,8 @@ async def test_the_rollout_service_runs_an_http_environment(
         rollout_cfg(service_cfg, f"http://127.0.0.1:{oracle.port}/v1")
     )
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    request_id = uuid.uuid4()
     chosen = [t.id for t in DESK.tasks() if t.split == "train"][::9]
-    await bus.publish(
-        "acme",
-        RolloutRequested(
-            request_id=request_id, agent_id=agent.id, environment=served,
-            task_ids=chosen, sampling=Sampling(temperature=0),
-        ),
-        msg_id=str(request_id),
-    )  # fmt: skip
-
-    async def done() -> bool:
-        return len(await completed(bus, request_id)) == 1
-
-    await eventually(done, within=60)
+    request_id = await requested(bus, agent.id, served, within=60, task_ids=chosen)
     [event] = await completed(bus, request_id)
     assert (event.trajectories, event.successes, event.env_errors) == (len(chosen), len(chosen), 0)
     async with store.tenant("acme") as session:

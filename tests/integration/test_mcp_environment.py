@@ -5,7 +5,6 @@ and a rollout through the rollout service on it."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,11 @@ from shared.envs.protocol import Message, ToolCall, ToolCallFunction, advance, c
 from shared.envs.reference import reference_of
 from shared.envs.registry import get_environment
 from shared.errors import RetryableError
-from shared.messages import RolloutRequested, Sampling
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.models import Trajectory
 from shared.store.tenants import create_tenant
-from tests.integration.test_delivery import eventually
-from tests.integration.test_rollout_service import completed, rollout_cfg
+from tests.integration.test_rollout_service import completed, requested, rollout_cfg
 from tests.integration.test_rollout_service import start as start_service
 from tests.support.oracle_llm import OracleLLM
 
@@ -164,21 +161,8 @@ async def test_the_rollout_service_runs_an_mcp_environment(
         rollout_cfg(service_cfg, f"http://127.0.0.1:{oracle.port}/v1")
     )
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    request_id = uuid.uuid4()
     chosen = [t.id for t in env.tasks() if t.split == "train"][:4]
-    await bus.publish(
-        "acme",
-        RolloutRequested(
-            request_id=request_id, agent_id=agent.id, environment=REF,
-            task_ids=chosen, sampling=Sampling(temperature=0),
-        ),
-        msg_id=str(request_id),
-    )  # fmt: skip
-
-    async def done() -> bool:
-        return len(await completed(bus, request_id)) == 1
-
-    await eventually(done, within=90)
+    request_id = await requested(bus, agent.id, REF, within=90, task_ids=chosen)
     [event] = await completed(bus, request_id)
     assert (event.trajectories, event.successes, event.env_errors) == (4, 4, 0)
     async with store.tenant("acme") as session:

@@ -89,15 +89,21 @@ async def completed(bus: NatsBus, request_id: uuid.UUID) -> list[RolloutComplete
     return out
 
 
-async def requested(bus: NatsBus, agent_id: uuid.UUID, **fields: object) -> uuid.UUID:
-    """Publish a greedy toolbox rollout request with `fields`; its id once it completed."""
+async def requested(
+    bus: NatsBus,
+    agent_id: uuid.UUID,
+    environment: str = "toolbox",
+    within: float = 60,
+    **fields: object,
+) -> uuid.UUID:
+    """Publish a greedy rollout request with `fields`; its id once it completed."""
     request_id = uuid.uuid4()
     await bus.publish(
         "acme",
         RolloutRequested(
             request_id=request_id,
             agent_id=agent_id,
-            environment="toolbox",
+            environment=environment,
             sampling=Sampling(temperature=0),
             **fields,  # type: ignore[arg-type]
         ),
@@ -107,7 +113,7 @@ async def requested(bus: NatsBus, agent_id: uuid.UUID, **fields: object) -> uuid
     async def events() -> bool:
         return len(await completed(bus, request_id)) == 1
 
-    await eventually(events, within=60)
+    await eventually(events, within=within)
     return request_id
 
 
@@ -380,23 +386,7 @@ async def test_episodes_the_environment_broke_are_stored_ungraded_and_counted_ap
         agent = await create_agent(session, "desk", model="oracle", environment="broken-desk")
     service, run = await start(rollout_cfg(service_cfg, f"http://127.0.0.1:{server.port}/v1"))
     bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    request_id = uuid.uuid4()
-    await bus.publish(
-        "acme",
-        RolloutRequested(
-            request_id=request_id,
-            agent_id=agent.id,
-            environment="broken-desk",
-            task_ids=chosen,
-            sampling=Sampling(temperature=0),
-        ),
-        msg_id=str(request_id),
-    )
-
-    async def done() -> bool:
-        return len(await completed(bus, request_id)) == 1
-
-    await eventually(done, within=60)
+    request_id = await requested(bus, agent.id, "broken-desk", task_ids=chosen)
     [event] = await completed(bus, request_id)
     assert (event.trajectories, event.successes, event.env_errors) == (4, 2, 2)
     assert event.mean_reward == pytest.approx(1.0)
