@@ -156,6 +156,8 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
     watcher.cancel()
     assert len(held) >= 3 and max(held) == 0
     assert await dead_letters(bus) == []
+    service.stop()
+    await run  # drains the handler in flight: the job row is done before its announcement is sent
     failed = await bus.js.stream_info(
         f"{service_cfg.nats.stream_prefix}_EVENTS",
         subjects_filter=bus.subject("acme", TrainingFailed),
@@ -164,8 +166,6 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
         f"{service_cfg.nats.stream_prefix}_EVENTS",
         subjects_filter=bus.subject("acme", AdapterTrained),
     )
-    service.stop()
-    await run
     await bus.close()
     await server.close()
     async with store.tenant("acme") as session:
@@ -472,12 +472,12 @@ async def test_a_prompt_optimisation_job_writes_its_prompt_and_announces_it(
         return row is not None and row.status == "done"
 
     await eventually(done, within=60)
+    service.stop()
+    await run  # the row is done before the announcement is sent: read the stream after the drain
     announced = await bus.js.stream_info(
         f"{service_cfg.nats.stream_prefix}_EVENTS",
         subjects_filter=bus.subject("acme", PromptOptimized),
     )
-    service.stop()
-    await run
     await bus.close()
     await server.close()
     async with store.tenant("acme") as session:
