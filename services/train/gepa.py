@@ -303,6 +303,11 @@ class GEPA:
         if broken:
             # the endpoint failed, not the prompt: a zero here would steer the search
             raise RetryableError(f"model endpoint failed during prompt optimisation: {broken[0]}")
+        broken = [f"{t.id}: {r.error}" for t, r in zip(tasks, runs, strict=True) if r.env_error]
+        if broken:
+            # the environment failed, not the prompt: an episode it could not grade scores
+            # nothing, and counting it as 0 would steer the search away from a good prompt
+            raise RetryableError(f"environment failed during prompt optimisation: {broken[0]}")
         return runs
 
     async def _reflect(self, prompt: str | list[dict[str, Any]]) -> str:

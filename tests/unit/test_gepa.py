@@ -157,6 +157,28 @@ async def test_a_reflection_model_that_never_answers_fails_the_search(serve: Ser
         await gepa.optimise(PoliteEnvironment().tasks(), "seed")
 
 
+class BrokenStepEnvironment(PoliteEnvironment):
+    """Task p-03's episodes raise in `step`: an environment error, not a zero."""
+
+    def reset(self, task: TaskSpec, seed: int) -> PoliteEpisode:
+        episode = PoliteEpisode(task)
+        if task.id == "p-03":
+
+            def broken(assistant: Message) -> StepResult:
+                raise ConnectionError("the booking backend went away")
+
+            episode.step = broken  # type: ignore[method-assign]
+        return episode
+
+
+async def test_an_episode_the_environment_could_not_grade_stops_the_search(
+    serve: Serve,
+) -> None:
+    gepa = GEPA(await serve(FakeJudge(answer([RULE]))), BrokenStepEnvironment(), settings(32))
+    with pytest.raises(RetryableError, match="environment failed.*p-03.*backend went away"):
+        await gepa.optimise(PoliteEnvironment().tasks(), "seed")
+
+
 def test_an_unreadable_checkpoint_is_refused_with_its_path(tmp_path: Path) -> None:
     (tmp_path / "gepa_state.bin").write_bytes(b"{not a pickle")
     with pytest.raises(UnreadableCheckpointError, match=r"gepa_state\.bin"):
