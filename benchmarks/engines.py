@@ -10,6 +10,14 @@ environment of `--family` (the short prompts of calibration and GRPO sampling) o
 greedy, through the runner the rollout service uses. Completion tokens are counted from the
 responses' `usage`, so no engine-specific metrics are needed. One episode runs first,
 unmeasured, to warm the engine up (vLLM compiles its graphs on its first request).
+
+`--adapter PATH` plays an evaluation's pattern: the adapter is loaded on the endpoint and
+every task is played twice at once, by the base model and by the adapter, each side with its
+own `--concurrency` episodes in flight (as the rollout service runs the evaluator's two
+requests).
+
+    python -m benchmarks.engines --url ... --model qwen2.5-coder-0.5b --engine serve-model \
+        --env toolbox --adapter /path/to/lora --concurrency 12 --episodes 12 --max-turns 4
 """
 
 from __future__ import annotations
@@ -37,17 +45,21 @@ def environment(args: argparse.Namespace) -> Environment:
     return get_environment(args.env)
 
 
+ADAPTER = "bench-adapter"
+
+
 async def measure(
     client: LLMClient, env: Environment, tasks: list[TaskSpec], concurrency: int, args: Any
 ) -> dict[str, Any]:
-    gate = asyncio.Semaphore(concurrency)
+    models = [args.model, *([ADAPTER] if args.adapter else [])]
+    gates = {m: asyncio.Semaphore(concurrency) for m in models}
     sampling = Sampling(temperature=0.0, max_tokens=args.max_tokens, seed=0)
 
-    async def one(task: TaskSpec) -> tuple[int, int, float, str | None]:
-        async with gate:
+    async def one(task: TaskSpec, model: str) -> tuple[int, int, float, str | None]:
+        async with gates[model]:
             result = await run_episode(
                 client,
-                args.model,
+                model,
                 env,
                 task,
                 int(task.data.get("seed", 0)),
@@ -57,17 +69,19 @@ async def measure(
         return result.tokens, result.turns, result.score.reward, result.error
 
     started = time.perf_counter()
-    results = await asyncio.gather(*(one(t) for t in tasks))
+    results = await asyncio.gather(*(one(t, m) for m in models for t in tasks))
     wall = time.perf_counter() - started
     tokens = sum(r[0] for r in results)
     return {
         "concurrency": concurrency,
-        "episodes": len(tasks),
+        "episodes": len(results),
         "turns": sum(r[1] for r in results),
         "completion_tokens": tokens,
         "wall_s": round(wall, 2),
         "completion_tokens_per_s": round(tokens / wall, 2),
-        "s_per_turn": round(wall * concurrency / max(1, sum(r[1] for r in results)), 2),
+        "s_per_turn": round(
+            wall * concurrency * len(models) / max(1, sum(r[1] for r in results)), 2
+        ),
         "mean_reward": round(sum(r[2] for r in results) / len(results), 4),
         "errors": sum(1 for r in results if r[3]),
     }
@@ -80,6 +94,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # One attempt with a long timeout: a slow CPU engine must not be asked the same twice.
     policy = dataclasses.replace(CHAT_RETRY, attempts=1, timeout=args.timeout_s)
     async with LLMClient(args.url, chat_retry=policy) as client:
+        if args.adapter:
+            await client.load_adapter(ADAPTER, str(args.adapter.resolve()))
         warm = time.perf_counter()
         await measure(client, env, tasks[:1], 1, args)
         warm_s = time.perf_counter() - warm
@@ -94,6 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "environment": env.name,
         "max_tokens": args.max_tokens,
         "max_turns": args.max_turns,
+        "adapter": str(args.adapter) if args.adapter else None,
         "warm_up_s": round(warm_s, 1),
         "machine": platform.machine(),
         "rows": rows,
@@ -112,6 +129,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=1800.0)
+    parser.add_argument("--adapter", type=Path, help="also play every task with this LoRA")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = asyncio.run(run(args))

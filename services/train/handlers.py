@@ -457,7 +457,10 @@ class TrainHandlers:
         checked: dict[str, Any] = {}
         if progress.step >= budget.steps(settings) and self.cfg.heldout_tasks:
             h = HeldoutSettings(
-                tasks=self.cfg.heldout_tasks, samples=self.cfg.heldout_samples, seed=settings.seed
+                tasks=self.cfg.heldout_tasks,
+                samples=self.cfg.heldout_samples,
+                batch=self.cfg.heldout_batch,
+                seed=settings.seed,
             )
             checked = heldout(policy, env, settings, h, system_prompt=system_prompt)
             log.info("held-out check", **{k: v for k, v in checked.items() if k != "ci95"})

@@ -23,7 +23,7 @@ class HeldoutSettings:
     """Test tasks played (0: no check)."""
     samples: int = 2
     """Seeds per task, each played by both models."""
-    batch: int = 8
+    batch: int = 24
     """Episodes run in lockstep."""
     seed: int = 0
 
