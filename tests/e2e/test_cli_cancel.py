@@ -35,7 +35,9 @@ def _until(check: Any, within: float) -> Any:
 
 def test_a_running_cycle_shows_its_progress_and_is_cancelled(env: dict[str, str]) -> None:  # noqa: F811
     toolbox = get_environment("toolbox")
-    with serve_in_thread(OracleLLM(toolbox, delay=1.0).app()) as model_url:
+    # 3 s a reply: the diagnosis must outlast the three status calls below (with 1 s it could
+    # end between them, and the human view showed the cycle's next job)
+    with serve_in_thread(OracleLLM(toolbox, delay=3.0).app()) as model_url:
         env = {**env, "RETRACE_MODEL_URL": model_url}
         with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=26000):
             made = cli(env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox")
