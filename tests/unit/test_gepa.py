@@ -175,7 +175,7 @@ async def test_an_episode_the_environment_could_not_grade_stops_the_search(
     serve: Serve,
 ) -> None:
     gepa = GEPA(await serve(FakeJudge(answer([RULE]))), BrokenStepEnvironment(), settings(32))
-    with pytest.raises(RetryableError, match="environment failed.*p-03.*backend went away"):
+    with pytest.raises(RetryableError, match=r"environment failed.*p-03.*backend went away"):
         await gepa.optimise(PoliteEnvironment().tasks(), "seed")
 
 
