@@ -8,7 +8,8 @@ the test tasks of a synthetic family's default spec, each (task, seed) played un
 adapter and by the base model, with the demo's sampling (at most `--max-turns` turns of
 `--max-new-tokens` tokens). The adapter is fresh (LoRA B = 0), so both sides generate what
 the base model does; the numbers are the check's wall time, not its result. Every batch size
-plays the same episodes with the same seeds.
+plays the same (task, seed) pairs; a row's sampling seed depends on its place in its lockstep
+group, so the sampled replies (and their lengths) differ between batch sizes.
 """
 
 from __future__ import annotations

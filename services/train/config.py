@@ -42,8 +42,8 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     heldout_samples: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
     """Seeds per held-out task."""
     heldout_batch: Annotated[int, msgspec.Meta(ge=1, le=256)] = 24
-    """Held-out episodes run in lockstep, one model at a time (on 2 CPU cores a decode step of
-    24 rows costs about 1.3 times one of 8: docs/benchmarks.md)."""
+    """Held-out episodes run in lockstep, one model at a time (24 against 8 cut the check's
+    wall time by 24% on 2 CPU cores: `benchmarks/heldout_cpu.py`, docs/benchmarks.md)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains; auto: the GPU when torch sees one."""
     generation: Literal["local", "endpoint"] = "local"
