@@ -40,7 +40,7 @@ class Batch:
         self.device = torch.device(device)
         self.sequences: list[list[int]] = []
         """Per row, the tokens its keys and values hold (prompt, then those fed since)."""
-        self.logits = torch.empty(0)
+        self.logits = torch.empty(0, device=self.device)
         """Per row, the logits of its next token."""
         self.prefilled = 0
         """Prompt tokens run through the model (the rest came from the store)."""

@@ -105,3 +105,11 @@ def test_rows_decoding_past_their_buffer_s_room_keep_their_keys_and_values(
     for _ in range(ROOM + 40):  # the buffers fill up and grow once
         batch.step(tokens(rng, 2))
     check(model, batch)
+
+
+def test_a_new_batch_starts_on_the_models_device(model: object) -> None:
+    """On a GPU the first rows' logits joined an empty CPU tensor and every rollout failed
+    (`tests/gpu/test_grpo_cuda.py` runs the whole path there); the meta device shows where an
+    empty batch's tensors live on a machine without one."""
+    batch = Batch(model, pad_id=0, device="meta")
+    assert batch.logits.device.type == "meta"
