@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 import msgspec
 
 from shared.errors import ConfigError
+from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
 from shared.subjects import TOKEN_RE
 
 ENV_PREFIX = "RETRACE_"
@@ -114,6 +115,11 @@ class HttpConfig(msgspec.Struct, kw_only=True, frozen=True):
     metrics_key: str | None = None
     """Bearer token `/metrics` requires (`RETRACE_HTTP_METRICS_KEY`); unset: open. Set it
     where the port is public (the router's): its metrics name every tenant's adapters."""
+    idle_timeout_s: Seconds = IDLE_TIMEOUT_S
+    """A connection without a whole request for this long (idle, or its headers still
+    arriving) is closed (`RETRACE_HTTP_IDLE_TIMEOUT_S`)."""
+    body_timeout_s: Seconds = BODY_TIMEOUT_S
+    """A request body must arrive within this (408 after; `RETRACE_HTTP_BODY_TIMEOUT_S`)."""
 
 
 class LogConfig(msgspec.Struct, kw_only=True, frozen=True):

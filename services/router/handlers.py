@@ -50,6 +50,7 @@ from shared.routing.modes import (
     RoutingMode,
 )
 from shared.routing.profiles import first_user_text, profiles
+from shared.runtime.deadlines import read_body
 from shared.runtime.service import Service
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
@@ -234,7 +235,7 @@ class RouterApp:
     async def _body(self, request: web.Request) -> bytes | web.Response:
         if (request.content_length or 0) > self.cfg.max_body_bytes:
             return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
-        raw = await request.read()
+        raw = await read_body(request, self.cfg.http.body_timeout_s)
         if len(raw) > self.cfg.max_body_bytes:
             return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
         return raw

@@ -9,6 +9,7 @@ import click
 from shared.cli.context import load_settings
 from shared.errors import ConfigError
 from shared.logging import configure_logging
+from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 UNSET_KEY = "EMPTY"
@@ -51,6 +52,21 @@ UNSET_KEY = "EMPTY"
     help="Bearer token every route but /healthz requires (the variable the services send it "
     "from; `retrace up` generates one). Unset: no key, for a port only you can reach.",
 )
+@click.option(
+    "--idle-timeout",
+    default=IDLE_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a connection may hold no whole request (idle, or sending its headers) "
+    "before it is closed.",
+)
+@click.option(
+    "--body-timeout",
+    default=BODY_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a request body may take to arrive (408 after).",
+)
 def serve_model(
     model: str,
     served_name: str | None,
@@ -61,6 +77,8 @@ def serve_model(
     kv_cache_mb: int,
     threads: int | None,
     api_key: str | None,
+    idle_timeout: float,
+    body_timeout: float,
 ) -> None:
     """Serve a model over the OpenAI-compatible API (chat, tools, LoRA adapters), CPU or GPU."""
     try:
@@ -81,6 +99,8 @@ def serve_model(
         kv_cache_mb=kv_cache_mb,
         threads=threads,
         api_key=api_key if api_key and api_key != UNSET_KEY else None,
+        idle_timeout_s=idle_timeout,
+        body_timeout_s=body_timeout,
     )
     try:
         asyncio.run(serve(serve_cfg))

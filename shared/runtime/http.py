@@ -57,5 +57,26 @@ def build_app(
     return app
 
 
+async def listen(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    idle_timeout_s: float,
+    shutdown_timeout: float = 60.0,
+) -> web.AppRunner:
+    """`app` served on `host:port` (0: a free port, see `runner.addresses`); a connection
+    that holds no whole request for `idle_timeout_s` is closed (`shared.runtime.deadlines`)."""
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=idle_timeout_s,
+    )
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    return runner
+
+
 def uptime_since(start: float) -> float:
     return round(time.monotonic() - start, 3)

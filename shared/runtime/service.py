@@ -29,7 +29,7 @@ from shared.embedded import resolve_urls
 from shared.logging import get_logger
 from shared.messages import Contract
 from shared.retry import RetryPolicy, with_retry
-from shared.runtime.http import Health, build_app, uptime_since
+from shared.runtime.http import Health, build_app, listen, uptime_since
 from shared.runtime.metrics import ServiceMetrics
 from shared.store import Store
 from shared.store.migrate import upgrade_async
@@ -165,14 +165,13 @@ class Service:
         return pullers
 
     async def _serve_http(self) -> web.AppRunner:
-        runner = web.AppRunner(
+        runner = await listen(
             build_app(self.metrics, self.health, self.routes, self.cfg.http.metrics_key),
-            access_log=None,
+            self.cfg.http.host,
+            self.port,
+            idle_timeout_s=self.cfg.http.idle_timeout_s,
             shutdown_timeout=self.cfg.consumer.shutdown_grace,
         )
-        await runner.setup()
-        site = web.TCPSite(runner, self.cfg.http.host, self.port, reuse_address=True)
-        await site.start()
         addresses = runner.addresses
         self.bound_port = int(addresses[0][1]) if addresses else self.port
         return runner

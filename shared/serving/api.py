@@ -9,7 +9,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -44,6 +44,7 @@ from shared.llm.openai_types import (
 )
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
+from shared.runtime.deadlines import BODY_TIMEOUT_S, read_body
 from shared.serving.engine import Delta, Engine, Output
 from shared.serving.openapi import ServerHealth, model_server_openapi
 from shared.serving.prompts import PromptBuilder
@@ -56,6 +57,7 @@ MIN_TEMPERATURE = 1e-3
 MAX_SEED = 2**63 - MAX_N
 """Each of n samples seeds its own generator with seed + i, which torch takes up to 2**63."""
 DEFAULT_MAX_TOKENS = 512
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -93,6 +95,7 @@ class ModelServer:
         max_context: int,
         max_body_bytes: int = MAX_BODY_BYTES,
         api_key: str | None = None,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.api_key = api_key
         """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
@@ -101,6 +104,8 @@ class ModelServer:
         self.served_name = served_name
         self.max_context = max_context
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        """A request body must arrive within this (408 after)."""
         # templating and tokenizing a long conversation takes seconds: one thread of its own
         # (the tokenizer is not shared between threads), never the event loop
         self._prompt_thread = ThreadPoolExecutor(1, thread_name_prefix="prompts")
@@ -157,13 +162,18 @@ class ModelServer:
             return openai_error(401, "this model server needs its key as a bearer token")
         return await handler(request)
 
-    # -- chat -------------------------------------------------------------------------------
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+    async def _decode(self, request: web.Request, kind: type[T]) -> T:
+        """The request's body as `kind`: a 400 saying what is wrong, a 408 when it does not
+        arrive within the body timeout."""
+        body = await read_body(request, self.body_timeout_s)
         try:
-            req = msgspec.json.decode(body, type=ChatRequest)
+            return msgspec.json.decode(body, type=kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ApiError(400, f"invalid request: {exc}") from exc
+
+    # -- chat -------------------------------------------------------------------------------
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        req = await self._decode(request, ChatRequest)
         adapter = self._adapter_for(req.model)
         params = self._params(req)
         loop = asyncio.get_running_loop()
@@ -304,10 +314,7 @@ class ModelServer:
     async def completions(self, request: web.Request) -> web.Response:
         """Plain completions; a prompt of token ids is generated from as it is, and
         `return_token_ids` gives each choice's tokens, the stop token included (as vLLM)."""
-        try:
-            req = msgspec.json.decode(await request.read(), type=CompletionRequest)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ApiError(400, f"invalid request: {exc}") from exc
+        req = await self._decode(request, CompletionRequest)
         if req.stream:
             raise ApiError(
                 400, "serve-model does not stream /v1/completions; stream /v1/chat/completions"
@@ -396,10 +403,7 @@ class ModelServer:
         )
 
     async def load_adapter(self, request: web.Request) -> web.Response:
-        try:
-            req = msgspec.json.decode(await request.read(), type=LoadAdapterRequest)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ApiError(400, f"invalid request: {exc}") from exc
+        req = await self._decode(request, LoadAdapterRequest)
         if req.lora_name == self.served_name:
             raise ApiError(400, "an adapter cannot take the base model's name")
         if req.lora_name in self.engine.adapters:
@@ -428,10 +432,7 @@ class ModelServer:
         self.engine.kv.drop(name)
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
-        try:
-            req = msgspec.json.decode(await request.read(), type=UnloadAdapterRequest)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ApiError(400, f"invalid request: {exc}") from exc
+        req = await self._decode(request, UnloadAdapterRequest)
         if req.lora_name not in self.engine.adapters:
             raise ApiError(404, f"adapter {req.lora_name!r} is not loaded", "not_found_error")
         await self.engine.run_on_engine(lambda: self._unload(req.lora_name))

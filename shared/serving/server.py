@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from aiohttp import web
 
 from shared.logging import get_logger
+from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
+from shared.runtime.http import listen
 from shared.serving.api import ModelServer
 from shared.serving.engine import Engine
 from shared.serving.model_files import DEFAULT_CACHE, resolve_model
@@ -34,6 +35,10 @@ class ServeConfig:
     api_key: str | None = None
     """Required as a bearer token on every route but health (None: open to whoever reaches
     the port; keep it on 127.0.0.1 then)."""
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    """A connection without a whole request for this long is closed."""
+    body_timeout_s: float = BODY_TIMEOUT_S
+    """A request body must arrive within this (408 after)."""
 
 
 def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
@@ -53,16 +58,21 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
     )
     name = cfg.served_name or cfg.model
     context = int(getattr(model.config, "max_position_embeddings", 2048))
-    server = ModelServer(engine, PromptBuilder(tokenizer), name, context, api_key=cfg.api_key)
+    server = ModelServer(
+        engine,
+        PromptBuilder(tokenizer),
+        name,
+        context,
+        api_key=cfg.api_key,
+        body_timeout_s=cfg.body_timeout_s,
+    )
     return server, engine
 
 
 async def serve(cfg: ServeConfig) -> None:
     server, engine = await asyncio.to_thread(load, cfg)
     engine.start()
-    runner = web.AppRunner(server.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, cfg.host, cfg.port).start()
+    runner = await listen(server.app(), cfg.host, cfg.port, idle_timeout_s=cfg.idle_timeout_s)
     log.info(
         "model server ready",
         model=server.served_name,

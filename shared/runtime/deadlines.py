@@ -1,0 +1,30 @@
+"""Time limits on what an HTTP client sends. A connection that holds no whole request (idle
+between requests, or its headers still arriving) is closed after the idle timeout (aiohttp's
+keep-alive timer, which starts when the connection opens); a request's body must arrive
+within the body timeout (408 after). Without them, clients that open connections and send
+nothing, or a byte at a time, hold the server's sockets and handlers for as long as they
+like (issue 14: 200 half-open connections held the model server past 60 s)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+IDLE_TIMEOUT_S = 15.0
+"""Default: far longer than a client on a working network takes to send its headers, and
+longer than the keep-alive pause between an agent's turns is worth a socket."""
+BODY_TIMEOUT_S = 30.0
+"""Default: a 4 MiB body at about 140 KB/s, the slowest client still served."""
+
+
+async def read_body(request: web.Request, seconds: float) -> bytes:
+    """The request's body (aiohttp keeps it for later reads), or a 408 when it has not
+    arrived whole within `seconds`; too large a body is aiohttp's 413 as before."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(
+            text=f"the request body did not arrive within {seconds:g} s"
+        ) from None

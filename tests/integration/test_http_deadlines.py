@@ -1,0 +1,113 @@
+"""Clients that open connections and send nothing, half their headers, or a body that never
+ends are cut off: the router and the model server close such connections after their idle
+timeout and answer a late body with a 408 in the OpenAI shape (issue 14: 150 half-open
+connections held the router, 200 of 200 the model server, past 60 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from shared.config import HttpConfig, ModelConfig, ServiceConfig
+from shared.runtime.http import listen
+from shared.serving.api import ModelServer
+from shared.store import Store
+from shared.store.tenants import create_tenant, issue_api_key
+from tests.integration.test_router_service import _free_port, _started
+
+IDLE_S = 0.5
+BODY_S = 0.5
+HALF_HEADERS = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+
+
+async def _closed_by_server(reader: asyncio.StreamReader, within: float) -> bool:
+    """Whether the server closes the connection (EOF, nothing sent) within `within` s."""
+    try:
+        return await asyncio.wait_for(reader.read(), within) == b""
+    except TimeoutError:
+        return False
+
+
+async def _check_cut_off(port: int, headers: dict[str, str], path: str) -> None:
+    # idle and half-sent connections, several of each
+    opened = [await asyncio.open_connection("127.0.0.1", port) for _ in range(12)]
+    for i, (_, writer) in enumerate(opened):
+        if i % 2:
+            writer.write(HALF_HEADERS)
+            await writer.drain()
+    started = time.monotonic()
+    closed = await asyncio.gather(*(_closed_by_server(r, IDLE_S + 5) for r, _ in opened))
+    assert all(closed), closed
+    assert time.monotonic() - started < IDLE_S + 5
+    for _, writer in opened:
+        writer.close()
+
+    # a body announced at 100 bytes that stops at 10
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n{head}Content-Type: application/json\r\n"
+        f"Content-Length: 100\r\n\r\n".encode()
+        + b'{"model": '
+    )
+    await writer.drain()
+    # the answer, read by its length (the server may then linger on the unread body)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), BODY_S + 5)
+    status_line, *fields = head.decode().split("\r\n")
+    assert " 408 " in status_line, head
+    length = next(int(f.split(":")[1]) for f in fields if f.lower().startswith("content-length"))
+    body = json.loads(await reader.readexactly(length))
+    writer.close()
+    assert body["error"]["code"] == 408 and "did not arrive" in body["error"]["message"]
+
+
+def _model_server() -> ModelServer:
+    # the routes only: a stand-in for the engine, whose real counterpart the model tests load;
+    # a body that never arrives is refused before anything reaches it
+    embeddings = SimpleNamespace(num_embeddings=10)
+    engine: Any = SimpleNamespace(model=SimpleNamespace(get_input_embeddings=lambda: embeddings))
+    return ModelServer(engine, None, "m", 8, body_timeout_s=BODY_S)  # type: ignore[arg-type]
+
+
+async def test_the_model_server_cuts_off_idle_connections_and_late_bodies() -> None:
+    runner = await listen(_model_server().app(), "127.0.0.1", 0, idle_timeout_s=IDLE_S)
+    try:
+        port = int(runner.addresses[0][1])
+        await _check_cut_off(port, {}, "/v1/chat/completions")
+        async with (  # and it still serves
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/openapi.json") as r,
+        ):
+            assert r.status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_router_cuts_off_idle_connections_and_late_bodies(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url="http://127.0.0.1:9/v1"),
+        HttpConfig(port=_free_port(), idle_timeout_s=IDLE_S, body_timeout_s=BODY_S),
+        mode="base",
+    )
+    try:
+        await _check_cut_off(port, {"Authorization": f"Bearer {key}"}, "/v1/chat/completions")
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/healthz") as r,
+        ):
+            assert r.status == 200
+    finally:
+        service.stop()
+        await run
