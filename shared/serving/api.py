@@ -4,6 +4,7 @@ LoRA endpoints. Every request is validated; a bad one gets a 4xx with an OpenAI 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -45,6 +46,7 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.runtime.deadlines import BODY_TIMEOUT_S, read_body
+from shared.serving.constrain import Grammar, for_request
 from shared.serving.engine import Delta, Engine, Output
 from shared.serving.openapi import ServerHealth, model_server_openapi
 from shared.serving.prompts import PromptBuilder
@@ -215,7 +217,7 @@ class ModelServer:
         if not req.messages:
             raise ApiError(400, "messages must not be empty")
         top = req.top_logprobs or 0
-        return _sampling(
+        params = _sampling(
             n=req.n,
             temperature=req.temperature,
             top_p=req.top_p,
@@ -228,6 +230,7 @@ class ModelServer:
             logprobs=req.logprobs or bool(top),
             top_logprobs=top,
         )
+        return dataclasses.replace(params, grammar=_grammar(req))
 
     def _choice(self, index: int, out: Output, prefix: str, tools: tuple[str, ...]) -> Choice:
         text = prefix + out.text
@@ -482,6 +485,26 @@ def _completion_choice(index: int, out: Output, req: CompletionRequest) -> Compl
         logprobs=logprobs,
         token_ids=ids if req.return_token_ids else None,
     )
+
+
+def _grammar(req: ChatRequest) -> Grammar | None:
+    """What `tool_choice` and `response_format` make the reply follow, checked: a named
+    function must be one of the tools, and a JSON schema is refused rather than ignored."""
+    offered = offered_tools(req)
+    if isinstance(req.tool_choice, dict):
+        name = req.tool_choice["function"]["name"]
+        if name not in offered:
+            raise ApiError(400, f"tool_choice names {name!r}, which is not among the tools")
+    elif req.tool_choice == "required" and not offered:
+        raise ApiError(400, 'tool_choice "required" needs tools')
+    kind = req.response_format.type if req.response_format else None
+    if kind == "json_schema":
+        raise ApiError(
+            400,
+            'response_format "json_schema" is not supported by this server (replies can be '
+            'held to "json_object"); ask an endpoint with schema-guided decoding (vLLM)',
+        )
+    return for_request(req.tool_choice, offered, kind)
 
 
 def _sampling(

@@ -28,9 +28,10 @@ import torch
 
 from shared.logging import get_logger
 from shared.serving.batch import Batch
+from shared.serving.constrain import State, Vocabulary
 from shared.serving.kv_store import DEFAULT_BUDGET_BYTES, KVStore
 from shared.serving.prompts import TURN_END
-from shared.serving.sampling import SamplingParams, pick
+from shared.serving.sampling import SamplingParams, pick, pick_allowed
 
 log = get_logger(__name__)
 
@@ -80,6 +81,8 @@ class _Row:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     stop_token: int | None = None
     done: bool = False
+    grammar: State | None = None
+    """Where the reply stands in the grammar it must follow (None: free text)."""
 
 
 @dataclass
@@ -126,6 +129,8 @@ class Engine:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._stop_ids[0]
         )
         self._rng = random.Random()
+        self._vocabulary: Vocabulary | None = None
+        """The tokens as text, for the grammars of constrained replies (built on first use)."""
         self.kv = KVStore(kv_budget_bytes)
         """Keys and values of recent prompts and replies, per adapter (None: the base)."""
 
@@ -284,7 +289,7 @@ class Engine:
                     row.done = True
                     next_ids.append(self._pad_id)
                     continue
-                token = pick(decoding.logits[k], row.request.params, row.generator)
+                token = self._choose(row, decoding.logits[k])
                 self._append(row, token, decoding.logits[k])
                 next_ids.append(token)
             keep = [k for k, row in enumerate(rows) if not row.done]
@@ -305,10 +310,40 @@ class Engine:
                     self.stats.batches += 1
                 self._join(decoding, rows, joining)
 
+    def _choose(self, row: _Row, logits: torch.Tensor) -> int:
+        params = row.request.params
+        if row.grammar is None:
+            return pick(logits, params, row.generator)
+        if self._vocabulary is None:
+            started = time.perf_counter()
+            self._vocabulary = Vocabulary(self.tokenizer)
+            log.info(
+                "vocabulary indexed for constrained replies",
+                seconds=round(time.perf_counter() - started, 2),
+            )
+        texts, state, vocabulary = self._vocabulary.texts, row.grammar, self._vocabulary
+        token = pick_allowed(
+            logits,
+            params,
+            row.generator,
+            lambda t: t < len(texts) and state.accepts(texts[t]),
+            lambda: vocabulary.candidates(state),
+        )
+        if token is None:  # nothing can follow: the grammar is broken, not the model
+            raise RuntimeError("no token continues the reply's grammar")
+        row.grammar = state.fed(texts[token])
+        return token
+
     def _join(self, decoding: Batch, rows: list[_Row], requests: list[Request]) -> None:
         """Prefill `requests` into `decoding` as new rows (one per sample)."""
         new = [
-            _Row(r, i, _generator(r.params.seed, i, self._rng), r.prompt_ids)
+            _Row(
+                r,
+                i,
+                _generator(r.params.seed, i, self._rng),
+                r.prompt_ids,
+                grammar=r.params.grammar.start() if r.params.grammar else None,
+            )
             for r in requests
             for i in range(r.n)
         ]
@@ -351,6 +386,8 @@ class Engine:
             delta, row.text = text[len(row.text) :], text
             if delta and row.request.on_delta is not None:
                 row.request.loop.call_soon_threadsafe(row.request.on_delta, (row.index, delta))
+            if finish is None and row.grammar is not None and row.grammar.complete:
+                finish = "stop"  # the reply its grammar allows is whole
             if finish is None and len(row.ids) >= params.max_tokens:
                 finish = "length"
         if finish is not None:

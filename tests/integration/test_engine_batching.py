@@ -120,3 +120,29 @@ def test_waiting_requests_of_another_adapter_stop_joins(engine: Engine) -> None:
         engine._pending.clear()
     finally:
         loop.close()
+
+
+async def test_a_grammar_holds_each_row_to_what_it_allows(engine: Engine) -> None:
+    """Rows of one batch, each with its own grammar (or none), sampled: the tiny random
+    model's replies follow their grammar token by token and stop when it is whole."""
+    import dataclasses
+    import json
+
+    from shared.serving.constrain import JSON_OBJECT, Grammar, Literal, OneOf
+
+    sampled = SamplingParams(temperature=1.0, max_tokens=60, seed=9)
+    exact = Grammar((Literal("hello "), OneOf(("world", "there"))))
+    asks = [
+        engine.generate(prompt(40, 0), dataclasses.replace(sampled, grammar=exact), n=3),
+        engine.generate(prompt(41, 0), dataclasses.replace(sampled, grammar=JSON_OBJECT), n=4),
+        engine.generate(prompt(42, 0), sampled),
+    ]
+    words, objects, [free] = await asyncio.gather(*asks)
+    assert {o.text for o in words} <= {"hello world", "hello there"}
+    assert all(o.finish_reason == "stop" and o.stop_token is None for o in words)
+    for o in objects:
+        state = JSON_OBJECT.start().fed(o.text)
+        assert state is not None, o.text  # whatever was written so far is a valid start
+        if o.finish_reason == "stop":
+            assert isinstance(json.loads(o.text), dict)
+    assert not free.text.startswith("hello ")  # a row without a grammar is left alone

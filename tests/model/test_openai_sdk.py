@@ -47,14 +47,6 @@ async def test_a_typed_chat_completion_with_logprobs(sdk: openai.AsyncOpenAI) ->
     assert done.usage is not None and done.usage.completion_tokens == len(choice.logprobs.content)
 
 
-NOT_ENFORCED = pytest.mark.xfail(
-    strict=True,
-    reason="issue 14: tool_choice only forces the opening of the call; the name (for "
-    "`required`) and the arguments are free text until decoding is constrained to the schema",
-)
-
-
-@NOT_ENFORCED
 @pytest.mark.parametrize(
     "choice", ["required", {"type": "function", "function": {"name": "set_alarm"}}]
 )
@@ -82,7 +74,6 @@ async def test_n_and_seed(sdk: openai.AsyncOpenAI) -> None:
     ]
 
 
-@NOT_ENFORCED
 async def test_streamed_tool_calls_arrive_as_indexed_deltas(sdk: openai.AsyncOpenAI) -> None:
     named = {"type": "function", "function": {"name": "set_alarm"}}
     async with sdk.chat.completions.stream(
