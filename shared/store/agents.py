@@ -21,8 +21,12 @@ class AgentNotFoundError(PermanentError):
     """No agent with that name for the tenant."""
 
 
+def _is_agent_name(name: str) -> bool:
+    return bool(name) and len(name) <= 100 and set(name) <= _NAME_CHARS
+
+
 def validate_agent_name(name: str) -> str:
-    if not name or len(name) > 100 or not set(name) <= _NAME_CHARS:
+    if not _is_agent_name(name):
         raise PermanentError(
             f"invalid agent name {name!r}: use 1-100 lowercase letters, digits, '-' and '_'"
         )
@@ -55,6 +59,10 @@ async def create_agent(
 
 
 async def get_agent(session: AsyncSession, name: str) -> Agent:
+    # a name no agent can have is not looked up: a U+0000 in it (from a router caller's
+    # `model`) would fail the query itself, and read as the store being down
+    if not _is_agent_name(name):
+        raise AgentNotFoundError(f"no agent named {name!r}")
     agent = await session.scalar(select(Agent).where(Agent.name == name))
     if agent is None:
         raise AgentNotFoundError(f"no agent named {name!r}")

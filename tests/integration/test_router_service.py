@@ -324,6 +324,19 @@ async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
     assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
 
 
+async def test_a_model_name_with_a_nul_names_no_agent_and_is_no_store_outage(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """schemathesis found it: the agent lookup sent the U+0000 to Postgres, whose refusal
+    read as the store being down (a 503 telling the caller to try again)."""
+    url, key, upstream, _ = router
+    hello = [{"role": "user", "content": "hi"}]
+    async with aiohttp.ClientSession() as http:
+        status, _, payload = await _chat(http, url, key, {"model": "b\x00ot", "messages": hello})
+    assert status == 404 and payload["error"]["code"] == 404, payload
+    assert upstream.models == []
+
+
 async def test_malformed_bodies_get_a_400_in_the_openai_shape(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
 ) -> None:
