@@ -19,6 +19,7 @@ def build(cfg: RouterConfig) -> Service:
         routes=app.routes,
         on_start=app.start,
         on_stop=app.close,
+        max_body_bytes=cfg.max_body_bytes,
     )
     app.attach(service)
     return service

@@ -32,8 +32,9 @@ def build_app(
     health: Callable[[], Awaitable[Health]],
     routes: Callable[[web.Application], None] | None = None,
     metrics_key: str | None = None,
+    max_body_bytes: int = 1 << 20,
 ) -> web.Application:
-    app = web.Application()
+    app = web.Application(client_max_size=max_body_bytes)
 
     async def healthz(_: web.Request) -> web.Response:
         report = await health()

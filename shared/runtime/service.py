@@ -62,8 +62,11 @@ class Service:
         routes: Routes | None = None,
         on_start: Hook | None = None,
         on_stop: Hook | None = None,
+        max_body_bytes: int = 1 << 20,
     ) -> None:
         self.name = name
+        self.max_body_bytes = max_body_bytes
+        """Largest request body its HTTP port reads (aiohttp's 413 above)."""
         self.cfg = cfg
         self.handlers = dict(handlers)
         self.port = cfg.http.port or default_port
@@ -166,7 +169,13 @@ class Service:
 
     async def _serve_http(self) -> web.AppRunner:
         runner = await listen(
-            build_app(self.metrics, self.health, self.routes, self.cfg.http.metrics_key),
+            build_app(
+                self.metrics,
+                self.health,
+                self.routes,
+                self.cfg.http.metrics_key,
+                self.max_body_bytes,
+            ),
             self.cfg.http.host,
             self.port,
             idle_timeout_s=self.cfg.http.idle_timeout_s,

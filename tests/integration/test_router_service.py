@@ -111,7 +111,7 @@ class Upstream:
         return out
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.record])
+        app = web.Application(middlewares=[self.record], client_max_size=8 << 20)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_post("/v1/load_lora_adapter", self.load)
@@ -335,6 +335,21 @@ async def test_a_model_name_with_a_nul_names_no_agent_and_is_no_store_outage(
         status, _, payload = await _chat(http, url, key, {"model": "b\x00ot", "messages": hello})
     assert status == 404 and payload["error"]["code"] == 404, payload
     assert upstream.models == []
+
+
+async def test_the_configured_body_limit_is_the_one_that_holds(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """`max_body_bytes` (4 MiB) was not the limit: aiohttp's own 1 MiB refused bodies first."""
+    url, key, upstream, _ = router
+    long = [{"role": "user", "content": "x" * (2 << 20)}]
+    async with aiohttp.ClientSession() as http:
+        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": long})
+        assert status == 200, str(payload)[:300]
+        huge = [{"role": "user", "content": "x" * (5 << 20)}]
+        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": huge})
+        assert status == 413 and payload["error"]["code"] == 413
+    assert len(upstream.models) == 1  # the first went through, the second did not
 
 
 async def test_malformed_bodies_get_a_400_in_the_openai_shape(
