@@ -11,9 +11,11 @@ import asyncio
 
 from aiohttp import web
 
-IDLE_TIMEOUT_S = 15.0
+IDLE_TIMEOUT_S = 30.0
 """Default: far longer than a client on a working network takes to send its headers, and
-longer than the keep-alive pause between an agent's turns is worth a socket."""
+longer than the clients' own keep-alive (aiohttp 15 s, httpx and the OpenAI SDK 5 s), so a
+client closes an idle connection before the server does and never sends a request on one
+the server is closing."""
 BODY_TIMEOUT_S = 30.0
 """Default: a 4 MiB body at about 140 KB/s, the slowest client still served."""
 
