@@ -29,6 +29,7 @@ from shared.cli.context import (
 )
 from shared.cli.demo import demo
 from shared.cli.envs import env
+from shared.cli.failures import unreachable
 from shared.cli.improve import improve, report
 from shared.cli.rollout import rollout
 from shared.cli.serve import serve_model
@@ -52,9 +53,25 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-@click.group()
+class _Retrace(click.Group):
+    """The command group: a server out of reach is one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:  # the CLI's boundary: what is not a server out of reach re-raises
+            message = None if ctx.params.get("debug") else unreachable(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from exc
+
+
+@click.group(cls=_Retrace)
 @click.version_option(package_name="retrace")
-def cli() -> None:
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def cli(debug: bool) -> None:
     """retrace: make an LLM agent better at the environment it is deployed in."""
 
 

@@ -80,7 +80,23 @@ async def _service(
 
 
 async def _queues(url: str, cfg: ServiceConfig) -> tuple[list[QueueStatus], int | None]:
-    nc = await nats.connect(url, connect_timeout=cfg.nats.connect_timeout, max_reconnect_attempts=0)
+    # Two tries at most, quietly: nats-py reads max_reconnect_attempts=0 as "never stop" (the
+    # command hung) and logs a traceback for every failed try; the report says what failed.
+    failures: list[Exception] = []
+
+    async def note(exc: Exception) -> None:
+        failures.append(exc)
+
+    try:
+        nc = await nats.connect(
+            url,
+            connect_timeout=cfg.nats.connect_timeout,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            error_cb=note,
+        )
+    except nats.errors.NoServersError as exc:
+        raise ConnectionError(str(failures[-1]) if failures else "no server answered") from exc
     try:
         js = nc.jetstream(timeout=cfg.nats.request_timeout)
         queues: list[QueueStatus] = []

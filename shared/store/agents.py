@@ -8,13 +8,18 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.errors import PermanentError
-from shared.store.models import Agent
+from shared.store.models import Agent, Tenant
+from shared.store.scope import TENANT_KEY
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 class AgentExistsError(PermanentError):
     """An agent with that name already exists for the tenant."""
+
+
+class TenantNotFoundError(PermanentError):
+    """The session's tenant does not exist."""
 
 
 class AgentNotFoundError(PermanentError):
@@ -44,6 +49,12 @@ async def create_agent(
 ) -> Agent:
     """Insert an agent for the session's tenant."""
     validate_agent_name(name)
+    tenant = session.info.get(TENANT_KEY)
+    if tenant is None or await session.get(Tenant, tenant) is None:
+        # else the insert fails on the foreign key, with the SQL and a traceback
+        raise TenantNotFoundError(
+            f"no tenant {tenant!r}: create it first (`retrace tenant create {tenant}`)"
+        )
     if await session.scalar(select(Agent.id).where(Agent.name == name)) is not None:
         raise AgentExistsError(f"agent {name!r} already exists")
     agent = Agent(

@@ -1,0 +1,79 @@
+"""The CLI as a new user meets it when something is missing (issue 16): one line naming what
+is wrong and what to do, never a traceback, and nothing left hanging. Each command runs as a
+subprocess against the machine's Postgres and NATS, or against ports nothing listens on."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from shared.store.engine import async_url
+from tests.e2e.test_cli_up import cli, env  # noqa: F401  (fixture)
+from tests.support import infra
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+NOWHERE_DB = "postgresql://postgres:secret@127.0.0.1:1/test"
+NOWHERE_NATS = "nats://127.0.0.1:1"
+
+
+@pytest.fixture
+def servers(env: dict[str, str]) -> Iterator[dict[str, str]]:  # noqa: F811
+    """The environment pointed at the test Postgres (a schema of its own, migrated) and NATS."""
+    schema = f"cli_{uuid.uuid4().hex[:10]}"
+    pointed = {
+        **env,
+        "RETRACE_DATABASE_URL": infra.database_url(),
+        "RETRACE_DATABASE_SCHEMA": schema,
+        "RETRACE_NATS_URL": infra.nats_url(),
+    }
+    migrated = cli(pointed, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    yield pointed
+    asyncio.run(_drop(schema))
+
+
+async def _drop(schema: str) -> None:
+    engine = create_async_engine(async_url(infra.database_url()))
+    async with engine.begin() as conn:
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await engine.dispose()
+
+
+def _one_line(result: object) -> str:
+    err = result.stderr  # type: ignore[attr-defined]
+    assert result.returncode == 1, (err, result.stdout)  # type: ignore[attr-defined]
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_an_agent_for_a_tenant_that_does_not_exist(servers: dict[str, str]) -> None:
+    made = cli(
+        servers, "agent", "create", "x", "--tenant", "nobody", "--model", "m", "--env", "toolbox"
+    )
+    line = _one_line(made)
+    assert "no tenant 'nobody'" in line and "retrace tenant create nobody" in line
+
+
+def test_a_database_nobody_listens_on(servers: dict[str, str]) -> None:
+    listed = cli({**servers, "RETRACE_DATABASE_URL": NOWHERE_DB}, "tenant", "list")
+    line = _one_line(listed)
+    assert "cannot reach Postgres" in line and "RETRACE_DATABASE_URL=" in line
+    assert "secret" not in line  # the password is not printed
+    shown = cli({**servers, "RETRACE_DATABASE_URL": NOWHERE_DB}, "--debug", "tenant", "list")
+    assert "Traceback" in shown.stderr  # --debug shows it
+
+
+def test_status_with_nats_down_says_so_and_returns(servers: dict[str, str]) -> None:
+    """It printed a traceback for every try and never returned."""
+    status = cli({**servers, "RETRACE_NATS_URL": NOWHERE_NATS}, "status", timeout=60)
+    assert status.returncode == 1, status.stderr
+    assert "Traceback" not in status.stderr + status.stdout
+    assert f"NATS unreachable at {NOWHERE_NATS}" in status.stdout + status.stderr
