@@ -128,6 +128,24 @@ def ensure_postgres(data_dir: Path) -> str:
     return uri.replace("postgresql://", "postgresql+asyncpg://", 1)
 
 
+def postgres_running(data_dir: Path) -> bool:
+    """Whether the embedded Postgres under `data_dir` is up."""
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    return pid_file.exists() and pid_alive(int(pid_file.read_text().split()[0]))
+
+
+def stop_postgres(data_dir: Path) -> bool:
+    """Stop the embedded Postgres under `data_dir`; whether it was running."""
+    if not postgres_running(data_dir):
+        return False
+    pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: rolls back, then exits
+    deadline = time.monotonic() + 15
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
+
+
 def stop_embedded(data_dir: Path) -> list[str]:
     """Stop the embedded servers under `data_dir`; returns what was stopped."""
     stopped: list[str] = []
@@ -138,15 +156,8 @@ def stop_embedded(data_dir: Path) -> list[str]:
             os.kill(pid, signal.SIGTERM)
             stopped.append("nats")
         state_file.unlink()
-    pid_file = data_dir / "postgres" / "postmaster.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text().split()[0])
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: rolls back, then exits
-            deadline = time.monotonic() + 15
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            stopped.append("postgres")
+    if stop_postgres(data_dir):
+        stopped.append("postgres")
     return stopped
 
 

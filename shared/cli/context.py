@@ -13,9 +13,10 @@ import msgspec
 from rich.console import Console
 
 from shared.config import ServiceConfig, load_config
-from shared.embedded import ensure_nats, ensure_postgres
+from shared.embedded import ensure_nats, ensure_postgres, postgres_running, stop_postgres
 from shared.errors import ConfigError
 from shared.store import Store
+from shared.store.migrate import upgrade_async
 
 SERVICES: dict[str, int] = {
     "rollout": 8101,
@@ -86,10 +87,20 @@ def urls(cfg: ServiceConfig, *, start: bool) -> tuple[str | None, str | None]:
 
 @asynccontextmanager
 async def open_store(cfg: ServiceConfig) -> AsyncIterator[Store]:
-    _, db_url = urls(cfg, start=True)
-    assert db_url is not None
+    """The configured database, else the running `retrace up`'s, else the data directory's
+    embedded Postgres, brought to the schema's head (a fresh one has no tables) and, when
+    this command started it, stopped after it: a command starts nothing it does not stop."""
+    _, db_url = urls(cfg, start=False)
+    started = False
+    if db_url is None:
+        data = cfg.storage.data_path
+        started = not postgres_running(data)
+        db_url = ensure_postgres(data)
+        await upgrade_async(db_url, cfg.database.schema)
     store = Store.connect(cfg.database, db_url)
     try:
         yield store
     finally:
         await store.close()
+        if started:
+            stop_postgres(cfg.storage.data_path)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from shared.embedded import postgres_running
 from shared.store.engine import async_url
 from tests.e2e.test_cli_up import cli, env  # noqa: F401  (fixture)
 from tests.support import infra
@@ -77,3 +79,17 @@ def test_status_with_nats_down_says_so_and_returns(servers: dict[str, str]) -> N
     assert status.returncode == 1, status.stderr
     assert "Traceback" not in status.stderr + status.stdout
     assert f"NATS unreachable at {NOWHERE_NATS}" in status.stdout + status.stderr
+
+
+def test_a_fresh_data_directory_works_and_is_left_as_found(env: dict[str, str]) -> None:  # noqa: F811
+    """`tenant list` on a fresh data directory, no `retrace up`: it started an embedded
+    Postgres, left it running, and died on `relation "tenants" does not exist`."""
+    data = Path(env["RETRACE_STORAGE_DATA_DIR"])
+    listed = cli(env, "tenant", "list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert not postgres_running(data)  # what it started, it stopped
+    made = cli(env, "tenant", "create", "acme")
+    assert made.returncode == 0, made.stderr
+    again = cli(env, "tenant", "list")
+    assert again.returncode == 0 and "acme" in again.stdout, again.stderr
+    assert not postgres_running(data)
