@@ -254,11 +254,15 @@ def down() -> None:
     """Stop a running `retrace up` and the embedded NATS and Postgres of the data directory."""
     cfg = load_settings()
     state = read_state(cfg)
+    stopped = []
     if state is not None and pid_alive(state.pid):
         os.kill(state.pid, signal.SIGTERM)
-        console.print(f"asked `retrace up` (pid {state.pid}) to stop")
         _wait_gone(state.pid, 60)
-    stopped = stop_embedded(cfg.storage.data_path)
+        # it stops the services and the embedded servers it started itself
+        stopped.append(
+            f"retrace up (pid {state.pid})" + (", still stopping" if pid_alive(state.pid) else "")
+        )
+    stopped += stop_embedded(cfg.storage.data_path)
     console.print("stopped: " + (", ".join(stopped) or "nothing was running"))
 
 

@@ -18,12 +18,12 @@ class AgentExistsError(PermanentError):
     """An agent with that name already exists for the tenant."""
 
 
-class TenantNotFoundError(PermanentError):
-    """The session's tenant does not exist."""
-
-
 class AgentNotFoundError(PermanentError):
     """No agent with that name for the tenant."""
+
+
+class TenantNotFoundError(AgentNotFoundError):
+    """The session's tenant does not exist (so no agent of it does either)."""
 
 
 def _is_agent_name(name: str) -> bool:
@@ -49,12 +49,7 @@ async def create_agent(
 ) -> Agent:
     """Insert an agent for the session's tenant."""
     validate_agent_name(name)
-    tenant = session.info.get(TENANT_KEY)
-    if tenant is None or await session.get(Tenant, tenant) is None:
-        # else the insert fails on the foreign key, with the SQL and a traceback
-        raise TenantNotFoundError(
-            f"no tenant {tenant!r}: create it first (`retrace tenant create {tenant}`)"
-        )
+    await _tenant_exists(session)  # else the insert fails on its foreign key, SQL and all
     if await session.scalar(select(Agent.id).where(Agent.name == name)) is not None:
         raise AgentExistsError(f"agent {name!r} already exists")
     agent = Agent(
@@ -76,8 +71,17 @@ async def get_agent(session: AsyncSession, name: str) -> Agent:
         raise AgentNotFoundError(f"no agent named {name!r}")
     agent = await session.scalar(select(Agent).where(Agent.name == name))
     if agent is None:
+        await _tenant_exists(session)  # the likelier mistake, when it is the one
         raise AgentNotFoundError(f"no agent named {name!r}")
     return agent
+
+
+async def _tenant_exists(session: AsyncSession) -> None:
+    tenant = session.info.get(TENANT_KEY)
+    if tenant is None or await session.get(Tenant, tenant) is None:
+        raise TenantNotFoundError(
+            f"no tenant {tenant!r}: create it first (`retrace tenant create {tenant}`)"
+        )
 
 
 async def list_agents(session: AsyncSession) -> list[Agent]:

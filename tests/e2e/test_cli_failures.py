@@ -64,6 +64,12 @@ def test_an_agent_for_a_tenant_that_does_not_exist(servers: dict[str, str]) -> N
     assert "no tenant 'nobody'" in line and "retrace tenant create nobody" in line
 
 
+def test_a_rollout_for_a_tenant_that_does_not_exist(servers: dict[str, str]) -> None:
+    """It said "no agent named 'bot'", as if the agent were the mistake."""
+    line = _one_line(cli(servers, "rollout", "bot", "--tenant", "nobody"))
+    assert "no tenant 'nobody'" in line, line
+
+
 def test_a_database_nobody_listens_on(servers: dict[str, str]) -> None:
     listed = cli({**servers, "RETRACE_DATABASE_URL": NOWHERE_DB}, "tenant", "list")
     line = _one_line(listed)
