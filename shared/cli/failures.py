@@ -12,6 +12,7 @@ from nats.errors import NoServersError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from shared.cli.context import load_settings
 from shared.errors import ConfigError
 
 UNREACHABLE: tuple[type[BaseException], ...] = (
@@ -47,8 +48,6 @@ def _say(server: str, setting: str, url: str | None, error: BaseException) -> st
 
 
 def _configured(block: str) -> str | None:
-    from shared.cli.context import load_settings
-
     try:
         cfg = load_settings()
     except ConfigError:
