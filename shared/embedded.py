@@ -128,17 +128,25 @@ def ensure_postgres(data_dir: Path) -> str:
     return uri.replace("postgresql://", "postgresql+asyncpg://", 1)
 
 
+def _postgres_pid(data_dir: Path) -> int | None:
+    """The pid of the embedded Postgres under `data_dir`, when it is up."""
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text().split()[0])
+    return pid if pid_alive(pid) else None
+
+
 def postgres_running(data_dir: Path) -> bool:
     """Whether the embedded Postgres under `data_dir` is up."""
-    pid_file = data_dir / "postgres" / "postmaster.pid"
-    return pid_file.exists() and pid_alive(int(pid_file.read_text().split()[0]))
+    return _postgres_pid(data_dir) is not None
 
 
 def stop_postgres(data_dir: Path) -> bool:
     """Stop the embedded Postgres under `data_dir`; whether it was running."""
-    if not postgres_running(data_dir):
+    pid = _postgres_pid(data_dir)
+    if pid is None:
         return False
-    pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
     os.kill(pid, signal.SIGINT)  # Postgres' "fast" shutdown: rolls back, then exits
     deadline = time.monotonic() + 15
     while pid_alive(pid) and time.monotonic() < deadline:

@@ -235,10 +235,8 @@ class RouterApp:
     async def _body(self, request: web.Request) -> bytes | web.Response:
         if (request.content_length or 0) > self.cfg.max_body_bytes:
             return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
-        raw = await read_body(request, self.cfg.http.body_timeout_s)
-        if len(raw) > self.cfg.max_body_bytes:
-            return error(413, f"body larger than {self.cfg.max_body_bytes} bytes")
-        return raw
+        # a chunked body past the limit is aiohttp's 413: the app's limit is max_body_bytes
+        return await read_body(request, self.cfg.http.body_timeout_s)
 
     async def models(self, request: web.Request) -> web.Response:
         tenant = await self._tenant(request)

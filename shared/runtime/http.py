@@ -12,6 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from shared.llm.errors_http import carries_key, openai_error
 from shared.runtime.metrics import ServiceMetrics
 
+MAX_BODY_BYTES = 1 << 20
+"""Largest request body a service's HTTP port reads by default (aiohttp's own default)."""
+
 
 class Health(msgspec.Struct, kw_only=True):
     """GET /healthz body."""
@@ -32,7 +35,7 @@ def build_app(
     health: Callable[[], Awaitable[Health]],
     routes: Callable[[web.Application], None] | None = None,
     metrics_key: str | None = None,
-    max_body_bytes: int = 1 << 20,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes)
 

@@ -29,7 +29,7 @@ from shared.embedded import resolve_urls
 from shared.logging import get_logger
 from shared.messages import Contract
 from shared.retry import RetryPolicy, with_retry
-from shared.runtime.http import Health, build_app, listen, uptime_since
+from shared.runtime.http import MAX_BODY_BYTES, Health, build_app, listen, uptime_since
 from shared.runtime.metrics import ServiceMetrics
 from shared.store import Store
 from shared.store.migrate import upgrade_async
@@ -62,7 +62,7 @@ class Service:
         routes: Routes | None = None,
         on_start: Hook | None = None,
         on_stop: Hook | None = None,
-        max_body_bytes: int = 1 << 20,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.name = name
         self.max_body_bytes = max_body_bytes
