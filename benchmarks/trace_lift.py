@@ -64,6 +64,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_capabilities": 1,
         "route_tasks": 0,
         "baselines": ["grpo_target", "gepa"],
+        "eval_adapters": "all",  # the oracle and each adapter alone need every task
     },
     # A GPU behind RETRACE_MODEL_URL: the paper's budgets, every test task.
     "gpu": {
@@ -76,6 +77,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_capabilities": None,
         "route_tasks": 24,
         "baselines": ["grpo_target", "gepa"],
+        "eval_adapters": "all",
     },
 }
 ORACLE = "oracle"

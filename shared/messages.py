@@ -211,6 +211,16 @@ class CycleSettings(msgspec.Struct, kw_only=True, frozen=True):
     """Significance a promotion needs (McNemar and paired bootstrap)."""
     max_capabilities: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """Capabilities synthesized and trained, the diagnosis's best first (None: every kept one)."""
+    spare_capabilities: Annotated[int, msgspec.Meta(ge=0)] = 1
+    """Kept capabilities beyond `max_capabilities` synthesized beside them from the start,
+    so that one takes a failed capability's place without a calibration of its own to wait
+    for (0: the next in reserve is synthesized only after a failure)."""
+    eval_adapters: Literal["routed", "all"] = "routed"
+    """Where each adapter is played on the test split: `routed`, only on the tasks routing
+    sends it (all the routed set's verdict needs; the base model's rollout runs first, since
+    routing reads each task's opening request); `all`, on every test task, which also
+    measures each adapter alone and the oracle routing ceiling, at one more rollout of the
+    test split per adapter."""
     route_tasks: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Train tasks the base model and each new adapter also run on (one trial each), to
     learn a router from which configuration won which task (0: no learned router)."""

@@ -1,10 +1,13 @@
 """The evaluation fan-out: one rollout request per configuration on the same test tasks and
 seeds (so outcomes pair up task by task and trial by trial), and, for a learned router, one
-per new configuration on train tasks."""
+per new configuration on train tasks. With `eval_adapters` = `routed`, the adapters wait:
+once routing has chosen per task (`request_routed`), each is played on its tasks only, with
+the same seeds there."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Mapping
 
 from services.evaluator.state import BASE, Evaluation, adapter_config
 from shared.bus.delivery import HandlerContext
@@ -32,7 +35,11 @@ def request_evaluations(
     configurations (the baselines) on the test split of the agent's environment `env`."""
     tasks = pick_tasks([t for t in env.tasks() if t.split == "test"], settings.eval_tasks)
     configs: dict[str, Configuration] = {BASE: (None, None)}
-    configs.update({adapter_config(a.name): (a.name, None) for a in [*adapters, *production]})
+    played = {adapter_config(a.name): a.name for a in [*adapters, *production]}
+    deferred = played if settings.eval_adapters == "routed" else {}
+    configs.update(
+        {name: (adapter, None) for name, adapter in played.items() if name not in deferred}
+    )
     configs.update(extra)
     test = [t.id for t in tasks]
     requests = {
@@ -69,7 +76,35 @@ def request_evaluations(
         route_requests=route_requests,
         adapters=[str(a.id) for a in adapters],
         production=[str(a.id) for a in production],
+        deferred=deferred,
     )
+
+
+def request_routed(
+    ctx: HandlerContext,
+    cycle: Cycle,
+    agent: Agent,
+    settings: CycleSettings,
+    evaluation: Evaluation,
+    plan: Mapping[str, Collection[str]],
+) -> None:
+    """Play each deferred adapter on the test tasks routing sends it (`plan`: configuration ->
+    tasks); one routed to no task is not played. Records where each was played."""
+    for name, adapter in sorted(evaluation.deferred.items()):
+        tasks = sorted(plan.get(name, ()))
+        evaluation.played_on[name] = tasks
+        if tasks:
+            evaluation.requests[name] = _request(
+                ctx,
+                cycle,
+                agent,
+                settings,
+                "test",
+                tasks,
+                settings.eval_trials,
+                (adapter, None),
+                key=f"eval-{name}",
+            )
 
 
 def _request(

@@ -20,9 +20,9 @@ import uuid
 from sqlalchemy import select
 
 from services.evaluator.config import EvaluatorConfig
-from services.evaluator.fanout import Configuration, request_evaluations
+from services.evaluator.fanout import Configuration, request_evaluations, request_routed
 from services.evaluator.jobs import queue_stage
-from services.evaluator.promotion import decide
+from services.evaluator.promotion import decide, plan_routing
 from services.evaluator.state import (
     JOB_FAILED,
     PROMPT,
@@ -156,6 +156,7 @@ class EvaluatorHandlers:
             reserves=[str(i) for i in msg.reserve_ids],
         )
         machine.move(cycle, State.SYNTHESIZING, on)
+        self._start_spares(ctx, cycle, data)
         # the synthesize service also consumes capabilities.identified and may have settled
         # some before this handler ran: apply them now (their order does not change the outcome)
         for capability, settlement in early.items():
@@ -217,26 +218,27 @@ class EvaluatorHandlers:
         """One capability's synthesis outcome; once every capability has one, the jobs."""
         synthesis = data.synthesis
         assert synthesis is not None
-        if capability_id not in synthesis.capabilities or capability_id in synthesis.settled:
+        ours = {*synthesis.capabilities, *synthesis.spares}
+        if capability_id not in ours or capability_id in synthesis.settled:
             return  # not this cycle's, or settled before: a redelivery
         synthesis.settled[capability_id] = settlement
-        if settlement.environment is None and synthesis.reserves:
-            # the next-best kept capability takes the failed one's place in the budget
-            stand_in = synthesis.reserves.pop(0)
-            synthesis.capabilities.append(stand_in)
-            ctx.emit(
-                CapabilitiesIdentified(
-                    agent_id=cycle.agent_id,
-                    capability_ids=[uuid.UUID(stand_in)],
-                    cycle_id=cycle.id,
+        if settlement.environment is None and capability_id in synthesis.capabilities:
+            # the next-best kept capability takes the failed one's place in the budget: a
+            # spare already being synthesized (or done), else the next in reserve
+            stand_in = next(iter(synthesis.available_spares()), None)
+            if stand_in is None and synthesis.reserves:
+                stand_in = synthesis.reserves.pop(0)
+                self._ask_synthesis(ctx, cycle, stand_in)
+            if stand_in is not None:
+                synthesis.capabilities.append(stand_in)
+                log.info(
+                    "no environment for a capability: the next one in reserve takes its place",
+                    cycle=str(cycle.id),
+                    failed=capability_id,
+                    next=stand_in,
+                    spare=stand_in in synthesis.spares,
                 )
-            )
-            log.info(
-                "no environment for a capability: the next one in reserve is synthesized",
-                cycle=str(cycle.id),
-                failed=capability_id,
-                next=stand_in,
-            )
+        self._start_spares(ctx, cycle, data)
         if not synthesis.complete():
             return
         ready = synthesis.ready()
@@ -246,6 +248,32 @@ class EvaluatorHandlers:
             return
         data.training = await queue_stage(ctx, cycle, data.settings, ready)
         machine.move(cycle, State.TRAINING, on)
+
+    def _start_spares(self, ctx: HandlerContext, cycle: Cycle, data: CycleData) -> None:
+        """Synthesize reserves beside the capabilities still pending, up to
+        `spare_capabilities` at a time."""
+        synthesis = data.synthesis
+        assert synthesis is not None
+        while (
+            synthesis.pending()
+            and synthesis.reserves
+            and len(synthesis.available_spares()) < data.settings.spare_capabilities
+        ):
+            spare = synthesis.reserves.pop(0)
+            synthesis.spares.append(spare)
+            self._ask_synthesis(ctx, cycle, spare)
+            log.info("a spare capability is synthesized beside", cycle=str(cycle.id), spare=spare)
+
+    def _ask_synthesis(self, ctx: HandlerContext, cycle: Cycle, capability: str) -> None:
+        """Ask the synthesize service for one more capability's environment."""
+        ctx.emit(
+            CapabilitiesIdentified(
+                agent_id=cycle.agent_id,
+                capability_ids=[uuid.UUID(capability)],
+                cycle_id=cycle.id,
+            ),
+            key=f"synthesize-{capability}",
+        )
 
     # -- training ----------------------------------------------------------------------------
 
@@ -372,6 +400,17 @@ class EvaluatorHandlers:
         if request not in {*evaluation.requests.values(), *evaluation.route_requests.values()}:
             return
         evaluation.done.append(request)
+        learned = self.cfg.routing_mode == "learned"
+        if evaluation.awaiting_routing():
+            agent = await ctx.session.get(Agent, cycle.agent_id)
+            assert agent is not None  # its deletion cascades to the cycle
+            plan = await plan_routing(ctx, evaluation, self.mode, learned, self.cfg.min_confidence)
+            request_routed(ctx, cycle, agent, data.settings, evaluation, plan)
+            log.info(
+                "adapters requested on the tasks routed to them",
+                cycle=str(cycle.id),
+                tasks={name: len(tasks) for name, tasks in evaluation.played_on.items()},
+            )
         if evaluation.complete():
             agent = await ctx.session.get(Agent, cycle.agent_id)
             assert agent is not None  # its deletion cascades to the cycle
@@ -381,7 +420,7 @@ class EvaluatorHandlers:
                 agent,
                 data,
                 self.mode,
-                learned=self.cfg.routing_mode == "learned",
+                learned=learned,
                 min_confidence=self.cfg.min_confidence,
             )
             data.report = decided.report

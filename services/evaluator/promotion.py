@@ -22,13 +22,14 @@ from services.evaluator.state import (
     PROMPT,
     ROUTED,
     CycleData,
+    Evaluation,
     adapter_config,
     baseline_config,
 )
 from shared import embeddings
 from shared.bus.delivery import HandlerContext
 from shared.logging import get_logger
-from shared.routing.modes import LearnedRouting, RoutingMode
+from shared.routing.modes import Example, LearnedRouting, RoutingMode
 from shared.routing.profiles import first_user_text, profiles
 from shared.store.models import Adapter, Agent, Cycle, Task, TrainingJob, Trajectory
 from shared.store.models import Evaluation as EvaluationRow
@@ -62,26 +63,26 @@ async def decide(
     kinds: dict[str, str] = {}
     for name, request_id in evaluation.requests.items():
         outcomes[name] = await _outcomes(ctx, uuid.UUID(request_id), openings, kinds)
-    route_openings: dict[str, str] = {}
-    route_outcomes = {
-        name: await _outcomes(ctx, uuid.UUID(request_id), route_openings, {})
-        for name, request_id in evaluation.route_requests.items()
-    }
+    for name in evaluation.deferred:
+        outcomes.setdefault(name, {})  # routed to no task: never played
+    chosen, examples = await _router(ctx, evaluation, mode, learned, min_confidence)
     new = await profiles(ctx.session, _ids(evaluation.adapters), examples=32)
     old = await profiles(ctx.session, _ids(evaluation.production), examples=32)
-    examples = learn_examples(route_outcomes, route_openings)
-    chosen = mode
-    if learned and examples and embeddings.available():
-        chosen = LearnedRouting(embeddings.default_embedder(), examples, min_confidence)
     routed, decisions = await route(outcomes, openings, new, chosen)
     outcomes[ROUTED] = routed
+    _check_played(evaluation, decisions)
     incumbent = BASE
     if old:
-        outcomes[PRODUCTION], _ = await route(outcomes, openings, old, mode)
+        outcomes[PRODUCTION], production_decisions = await route(outcomes, openings, old, mode)
         incumbent = PRODUCTION
+        _check_played(evaluation, production_decisions)
     stats = {name: config_stats(name, o, kinds) for name, o in outcomes.items()}
     comparison = compare(ROUTED, routed, incumbent, outcomes[incumbent], seed=settings.seed)
-    ceiling = oracle({k: v for k, v in outcomes.items() if k == BASE or k.startswith("adapter:")})
+    ceiling = None  # needs every adapter's outcome on every task
+    if not evaluation.deferred:
+        ceiling = oracle(
+            {k: v for k, v in outcomes.items() if k == BASE or k.startswith("adapter:")}
+        )
     versus = {
         name: msgspec.to_builtins(compare(ROUTED, routed, name, outcomes[name], seed=settings.seed))
         for name in outcomes
@@ -113,6 +114,7 @@ async def decide(
         "configs": {k: msgspec.to_builtins(v) for k, v in stats.items()},
         "comparison": msgspec.to_builtins(comparison),
         "oracle": ceiling,
+        "played_on": {name: len(tasks) for name, tasks in evaluation.played_on.items()},
         "routing": decisions,
         "verdict": msgspec.to_builtins(judged),
         "incumbent": incumbent,
@@ -125,6 +127,64 @@ async def decide(
         agent.production_adapters = list(evaluation.adapters)
         agent.config = {**(agent.config or {}), "router": {"examples": report["router_examples"]}}
     return Decided(judged, report)
+
+
+async def plan_routing(
+    ctx: HandlerContext,
+    evaluation: Evaluation,
+    mode: RoutingMode,
+    learned: bool,
+    min_confidence: float,
+) -> dict[str, set[str]]:
+    """Which test tasks each deferred adapter is to be played on: those routing sends it,
+    deciding as `decide` will from the base model's openings (the new adapters for the
+    routed set, the production ones for the incumbent)."""
+    openings: dict[str, str] = {}
+    base = {BASE: await _outcomes(ctx, uuid.UUID(evaluation.requests[BASE]), openings, {})}
+    chosen, _ = await _router(ctx, evaluation, mode, learned, min_confidence)
+    plan: dict[str, set[str]] = {}
+    for ids, routing in ((evaluation.adapters, chosen), (evaluation.production, mode)):
+        candidates = await profiles(ctx.session, _ids(ids), examples=32)
+        if not candidates:
+            continue
+        _, decisions = await route(base, openings, candidates, routing)
+        for task, name in decisions.items():
+            if name != BASE:
+                plan.setdefault(name, set()).add(task)
+    return plan
+
+
+async def _router(
+    ctx: HandlerContext,
+    evaluation: Evaluation,
+    mode: RoutingMode,
+    learned: bool,
+    min_confidence: float,
+) -> tuple[RoutingMode, list[Example]]:
+    """The routing mode for the new adapters (the router fitted on the cycle's train-task
+    rollouts when `learned` and it has them, else `mode`) and those examples."""
+    route_openings: dict[str, str] = {}
+    route_outcomes = {
+        name: await _outcomes(ctx, uuid.UUID(request_id), route_openings, {})
+        for name, request_id in evaluation.route_requests.items()
+    }
+    examples = learn_examples(route_outcomes, route_openings)
+    if learned and examples and embeddings.available():
+        return LearnedRouting(embeddings.default_embedder(), examples, min_confidence), examples
+    return mode, examples
+
+
+def _check_played(evaluation: Evaluation, decisions: dict[str, str]) -> None:
+    """A deferred adapter chosen where it was not played is scored as the base model there
+    (routing decided otherwise than when it planned): said, never silently."""
+    for task, name in decisions.items():
+        if name in evaluation.deferred and task not in evaluation.played_on.get(name, []):
+            log.warning(
+                "routing chose an adapter on a task it was not played on; the base model's "
+                "outcome stands in",
+                task=task,
+                configuration=name,
+            )
 
 
 async def _spent(

@@ -56,17 +56,42 @@ class Synthesis(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Being synthesized, best first; a reserve that stands in for a failed one is appended."""
     reserves: list[str] = []
     """Kept capabilities waiting for a place (the next takes a failed one's)."""
+    spares: list[str] = []
+    """Reserves synthesized beside the capabilities from the start
+    (`CycleSettings.spare_capabilities`): the first spare not failed takes a failed
+    capability's place without a synthesis of its own to wait for."""
     settled: dict[str, Settlement] = {}
 
     def failures(self) -> dict[str, str]:
         return {c: s.reason for c, s in self.settled.items() if s.environment is None}
 
     def ready(self) -> dict[str, str]:
-        """Capability -> environment, for those that got one."""
-        return {c: s.environment for c, s in self.settled.items() if s.environment is not None}
+        """Capability -> environment, for the capabilities (not the unused spares) that got
+        one."""
+        return {
+            c: s.environment
+            for c, s in self.settled.items()
+            if s.environment is not None and c in self.capabilities
+        }
+
+    def pending(self) -> list[str]:
+        """Capabilities still being synthesized."""
+        return [c for c in self.capabilities if c not in self.settled]
+
+    def available_spares(self) -> list[str]:
+        """Spares that can take a failed capability's place: not given one yet, and not
+        failed themselves (still being synthesized, or ready)."""
+        return [
+            spare
+            for spare in self.spares
+            if spare not in self.capabilities
+            and (spare not in self.settled or self.settled[spare].environment is not None)
+        ]
 
     def complete(self) -> bool:
-        return set(self.settled) >= set(self.capabilities)
+        """Every capability has an outcome, and no spare is still being synthesized (its
+        calibration would compete with training for the machine)."""
+        return set(self.settled) >= {*self.capabilities, *self.spares}
 
 
 class Training(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -92,8 +117,22 @@ class Evaluation(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The cycle's new adapters (the routed set)."""
     production: list[str] = []
     """The agent's production adapters at the time (the incumbent, when there are some)."""
+    deferred: dict[str, str] = {}
+    """Configuration -> adapter name, for adapters played only on the test tasks routing
+    sends them (`CycleSettings.eval_adapters` = `routed`): requested once the base model's
+    rollout (and the learned router's data) has shown each task's opening request."""
+    played_on: dict[str, list[str]] = {}
+    """A deferred configuration -> the test tasks routing sent it (and it was played on);
+    filled when the deferred requests go out."""
+
+    def awaiting_routing(self) -> bool:
+        """Every request so far has completed and the deferred ones are not yet requested."""
+        return bool(self.deferred) and not self.played_on and self._requested_done()
 
     def complete(self) -> bool:
+        return self._requested_done() and (not self.deferred or bool(self.played_on))
+
+    def _requested_done(self) -> bool:
         return set(self.done) >= {*self.requests.values(), *self.route_requests.values()}
 
 

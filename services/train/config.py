@@ -27,6 +27,10 @@ class TrainConfig(ServiceConfig, kw_only=True, frozen=True):
     max_turns: Annotated[int, msgspec.Meta(ge=1, le=64)] = 6
     temperature: Annotated[float, msgspec.Meta(gt=0, le=4)] = 1.0
     seed: int = 0
+    sample_ahead: Annotated[int, msgspec.Meta(ge=0, le=16)] = 0
+    """Later GRPO steps sampled together with each step, from the same weights (one batch;
+    those steps train on rollouts that many updates old); 0: every step samples from its
+    own weights."""
     hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     """Share of each group sampled with the task's hint; unset: the share the synthetic
     environment's calibration accepted (0 for targets, which have no hints)."""

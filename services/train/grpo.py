@@ -84,6 +84,12 @@ class GRPOSettings:
     format_bonus: float = 0.0
     """Added to a rollout's reward for the advantage, times the share of its tool-calling
     turns written in the canonical tagged form (0: the environment's reward alone)."""
+    sample_ahead: int = 0
+    """Later steps whose groups are sampled together with this step's, from the same
+    weights, as one lockstep batch: a CPU decodes 8 rows for about 1.2 times the cost of 4
+    (docs/benchmarks.md, the raw forward pass). Those steps then train on rollouts one to
+    `sample_ahead` updates old (off-policy, uncorrected, like the hinted rollouts); 0 samples
+    every step from its own weights (the paper)."""
     share_prefix: bool = True
     """Run the prompt prefix the step's turns share (the system turn and, within a group, the
     task) forward and backward once per step instead of once per turn; the gradient is the
@@ -97,6 +103,8 @@ class GRPOSettings:
         for name in ("rank", "alpha", "groups_per_step", "max_new_tokens", "max_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.sample_ahead < 0:
+            raise ValueError(f"sample_ahead must be at least 0, got {self.sample_ahead}")
         if not 0.0 <= self.hint_share <= 1.0:
             raise ValueError(f"hint_share must be in [0, 1], got {self.hint_share}")
         if self.hint_correction not in ("none", "tis"):

@@ -92,6 +92,7 @@ class TrainHandlers:
             "hint_correction": c.hint_correction,
             "tis_cap": GRPOSettings.tis_cap,
             "format_bonus": c.format_bonus,
+            "sample_ahead": c.sample_ahead,
         }
         if not isinstance(overrides, dict):
             raise PermanentError(f"job config `grpo` must be an object, not {overrides!r}")

@@ -3,10 +3,13 @@ run that dies resumes where its last checkpoint left it (on this worker or anoth
 
 Tasks are the environment's train split in a seeded order, cycled; step k rolls out
 `groups_per_step` groups, each task's episode seeds and sampling seeds derived from (seed,
-step, group), so a resumed run repeats what the lost one would have done. A checkpoint is a
-directory: the adapter in PEFT format, the optimizer's state, and `state.json` (step,
-rollouts used, the training curve); it is written to a temporary directory and renamed into
-place, so a crash mid-write leaves the previous one.
+step, group), so a resumed run repeats what the lost one would have done. With
+`sample_ahead`, one sampling round rolls out the groups of the next 1 + `sample_ahead` steps
+together. A checkpoint is a directory: the adapter in PEFT format, the optimizer's state,
+`state.json` (step, rollouts used, the training curve) and `pending.json` (the round's groups
+not yet trained on, so a resumed run trains on the very rollouts the lost one sampled); it
+is written to a temporary directory and renamed into place, so a crash mid-write leaves the
+previous one.
 """
 
 from __future__ import annotations
@@ -26,15 +29,20 @@ import torch
 from services.train.grpo import (
     GRPOSettings,
     Policy,
+    Rollout,
     StepStats,
+    Turn,
     optimizer_for,
     policy_step,
+    rollout_episodes,
     rollout_group,
 )
 from services.train.sampling import LocalSampler, Sampler
+from shared.envs.guidance import hinted_count
 from shared.envs.protocol import Environment, TaskSpec
 
 STATE = "state.json"
+PENDING = "pending.json"
 OPTIMIZER = "optimizer.pt"
 ADAPTER = "adapter"
 
@@ -67,13 +75,24 @@ class Checkpoints:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def save(self, policy: Policy, optimizer: torch.optim.Optimizer, progress: Progress) -> None:
+    def save(
+        self,
+        policy: Policy,
+        optimizer: torch.optim.Optimizer,
+        progress: Progress,
+        pending: Sequence[Sequence[Sequence[Rollout]]] = (),
+    ) -> None:
+        """Write the checkpoint; `pending`: the next steps' groups, sampled and not yet
+        trained on."""
         partial = self.directory.with_name(self.directory.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         policy.model.save_pretrained(partial / ADAPTER)
         torch.save(optimizer.state_dict(), partial / OPTIMIZER)
         (partial / STATE).write_text(json.dumps(asdict(progress)))
+        if pending:
+            steps = [[[asdict(r) for r in group] for group in step] for step in pending]
+            (partial / PENDING).write_text(json.dumps({"step": progress.step, "steps": steps}))
         old = self.directory.with_name(self.directory.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if self.directory.exists():
@@ -98,6 +117,22 @@ class Checkpoints:
             torch.load(self.directory / OPTIMIZER, weights_only=True, map_location=device)
         )
         return Progress(**json.loads(state.read_text()))
+
+    def pending(self, step: int) -> list[list[list[Rollout]]]:
+        """The groups a checkpoint at `step` had sampled for the steps after it (none when
+        it had none, or it is another step's)."""
+        path = self.directory / PENDING
+        if not path.exists():
+            return []
+        saved = json.loads(path.read_text())
+        if saved.get("step") != step:
+            return []
+        return [[[_rollout(r) for r in group] for group in groups] for groups in saved["steps"]]
+
+
+def _rollout(saved: dict[str, Any]) -> Rollout:
+    turns = [Turn(**t) for t in saved.pop("turns")]
+    return Rollout(**saved, turns=turns)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -132,60 +167,106 @@ def train(
         raise ValueError("the environment has no train tasks")
     optimizer = optimizer_for(policy, s)
     progress = checkpoints.load(policy, optimizer)
+    pending: list[list[list[Rollout]]] = []
     if progress is None:
         progress = Progress()
     else:
         progress.resumes.append(progress.step)
+        pending = checkpoints.pending(progress.step)
     sampler = sampler or LocalSampler(policy)
     steps = budget.steps(s)
     if progress.step < steps:
         sampler.sync(policy, progress.step)
     while progress.step < steps and not should_stop():
         started = time.perf_counter()
-        groups = []
+        if not pending:
+            ahead = min(1 + s.sample_ahead, steps - progress.step)
+            pending = sample_round(
+                policy, env, tasks, s, progress.step, ahead, system_prompt, sampler
+            )
+        sampling_share = (time.perf_counter() - started) / len(pending)
+        while pending:
+            step_started = time.perf_counter()
+            stats = policy_step(policy, optimizer, pending.pop(0), s)
+            progress.step += 1
+            progress.rollouts += stats.rollouts
+            wall = sampling_share + time.perf_counter() - step_started
+            progress.wall_s += wall
+            progress.curve.append(
+                {
+                    "step": progress.step,
+                    "mean_reward": round(stats.mean_reward, 6),
+                    "groups_used": stats.used,
+                    "groups": stats.groups,
+                    "loss": round(stats.loss, 6),
+                    "completion_tokens": stats.completion_tokens,
+                    "grad_norm": round(stats.grad_norm, 6),
+                    "rollouts": progress.rollouts,
+                    "wall_s": round(wall, 3),
+                    "hinted_reward": _rounded(stats.hinted_reward),
+                    "unhinted_reward": _rounded(stats.unhinted_reward),
+                }
+            )
+            if progress.step % checkpoint_every == 0 or progress.step == steps:
+                checkpoints.save(policy, optimizer, progress, pending)
+            if not pending and progress.step < steps and not should_stop():
+                # after the checkpoint: a failed sync must not lose the step
+                sampler.sync(policy, progress.step)
+            if on_step is not None:
+                on_step(progress, stats)
+            if pending and should_stop():
+                break  # its checkpoint, when this step wrote one, holds the round's other steps
+    return progress
+
+
+def sample_round(
+    policy: Policy,
+    env: Environment,
+    tasks: Sequence[TaskSpec],
+    s: GRPOSettings,
+    first: int,
+    steps: int,
+    system_prompt: str,
+    sampler: Sampler,
+) -> list[list[list[Rollout]]]:
+    """The groups of steps `first` .. `first + steps - 1`, per step: with `sample_ahead` 0,
+    each group rolled out on its own; else all of them as one lockstep batch."""
+    plan = []
+    for step in range(first, first + steps):
         for j in range(s.groups_per_step):
-            index = progress.step * s.groups_per_step + j
-            task = tasks[index % len(tasks)]
+            index = step * s.groups_per_step + j
             seeds = [
-                random.Random(f"{s.seed}:{progress.step}:{j}:{g}").randrange(2**31)
+                random.Random(f"{s.seed}:{step}:{j}:{g}").randrange(2**31)
                 for g in range(s.group_size)
             ]
-            groups.append(
-                rollout_group(
-                    policy,
-                    env,
-                    task,
-                    seeds,
-                    s,
-                    system_prompt=system_prompt,
-                    sample_seed=s.seed * 100_003 + index,
-                    sampler=sampler,
-                )
+            plan.append((tasks[index % len(tasks)], seeds, index))
+    if s.sample_ahead == 0:
+        groups = [
+            rollout_group(
+                policy,
+                env,
+                task,
+                seeds,
+                s,
+                system_prompt=system_prompt,
+                sample_seed=s.seed * 100_003 + index,
+                sampler=sampler,
             )
-        stats = policy_step(policy, optimizer, groups, s)
-        progress.step += 1
-        progress.rollouts += stats.rollouts
-        wall = time.perf_counter() - started
-        progress.wall_s += wall
-        progress.curve.append(
-            {
-                "step": progress.step,
-                "mean_reward": round(stats.mean_reward, 6),
-                "groups_used": stats.used,
-                "groups": stats.groups,
-                "loss": round(stats.loss, 6),
-                "completion_tokens": stats.completion_tokens,
-                "grad_norm": round(stats.grad_norm, 6),
-                "rollouts": progress.rollouts,
-                "wall_s": round(wall, 3),
-                "hinted_reward": _rounded(stats.hinted_reward),
-                "unhinted_reward": _rounded(stats.unhinted_reward),
-            }
+            for task, seeds, index in plan
+        ]
+    else:
+        hinted = hinted_count(s.group_size, s.hint_share)
+        together = rollout_episodes(
+            policy,
+            env,
+            [(task, seed) for task, seeds, _ in plan for seed in seeds],
+            s,
+            hinted=[g < hinted for _ in plan for g in range(s.group_size)],
+            system_prompt=system_prompt,
+            sample_seed=s.seed * 100_003 + plan[0][2],
+            sampler=sampler,
         )
-        if progress.step % checkpoint_every == 0 or progress.step == steps:
-            checkpoints.save(policy, optimizer, progress)
-        if progress.step < steps and not should_stop():  # after the checkpoint: a failed
-            sampler.sync(policy, progress.step)  # sync must not lose the step
-        if on_step is not None:
-            on_step(progress, stats)
-    return progress
+        size = s.group_size
+        groups = [together[i : i + size] for i in range(0, len(together), size)]
+    per = s.groups_per_step
+    return [groups[i : i + per] for i in range(0, len(groups), per)]

@@ -47,6 +47,11 @@ CPU_DEFAULTS = {
     # (docs/benchmarks.md).
     "RETRACE_TRAIN_GROUP_SIZE": "4",
     "RETRACE_TRAIN_LEARNING_RATE": "2e-4",
+    # Two steps' groups sampled as one batch of 8 from the same weights: on 2 cores a decode
+    # step of 8 rows costs about 1.2 times one of 4 (docs/benchmarks.md, the raw forward
+    # pass), and sampling is most of a step; every second step trains on rollouts one
+    # update old.
+    "RETRACE_TRAIN_SAMPLE_AHEAD": "1",
     "RETRACE_TRAIN_MAX_NEW_TOKENS": "96",
     "RETRACE_TRAIN_MAX_TURNS": "4",
     # The held-out check of each adapter: 12 test tasks x 2 seeds, each played by the adapter

@@ -157,7 +157,7 @@ def print_report(snap: dict[str, Any]) -> None:
     for name, s in report["configs"].items():
         k = max(s["pass_hat_k"], key=int) if s["pass_hat_k"] else None
         table.add_row(
-            name,
+            config_label(report, name),
             str(s["episodes"]),
             f"{s['pass_rate']:.1%} [{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}]",
             f"{s['mean_reward']:.3f}",
@@ -171,8 +171,8 @@ def print_report(snap: dict[str, Any]) -> None:
         console.print(
             f"routed vs {report['incumbent']}: {c['diff']:+.3f} per task "
             f"[{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}], McNemar "
-            f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}; oracle routing "
-            f"ceiling {report['oracle']['pass_rate']:.1%}"
+            f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}; "
+            f"{_ceiling(report)}"
         )
     for name, v in (report.get("baselines") or {}).items():
         console.print(
@@ -183,6 +183,25 @@ def print_report(snap: dict[str, Any]) -> None:
     console.print(
         ("[green]promoted[/]: " if verdict["promote"] else "[yellow]kept[/]: ") + verdict["reason"]
     )
+
+
+def config_label(report: dict[str, Any], name: str) -> str:
+    """A configuration's name, saying so when it was played only on the tasks routed to it."""
+    played = (report.get("played_on") or {}).get(name)
+    if played is None:
+        return name
+    return f"{name} (on the {played} task{'s' if played != 1 else ''} routed to it)"
+
+
+def _ceiling(report: dict[str, Any]) -> str:
+    """The oracle routing ceiling, or why it was not measured."""
+    ceiling = report.get("oracle")
+    if not ceiling:
+        return (
+            "oracle routing ceiling not measured (adapters played only where routed; "
+            "`--eval-adapters all` measures it)"
+        )
+    return f"oracle routing ceiling {ceiling['pass_rate']:.1%}"
 
 
 def write_report(
@@ -217,7 +236,7 @@ def write_report(
         rollouts = report.get("rollouts_spent") or {}
         for name, s in report["configs"].items():
             lines.append(
-                f"| {name} | {s['episodes']} | {s['pass_rate']:.1%} | "
+                f"| {config_label(report, name)} | {s['episodes']} | {s['pass_rate']:.1%} | "
                 f"[{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}] | {s['mean_reward']:.3f} | "
                 f"{rollouts.get(name, 0)} |"
             )
@@ -230,8 +249,8 @@ def write_report(
         else:
             lines.append(
                 f"\nRouted vs {report['incumbent']}: {c['diff']:+.3f} per task, McNemar "
-                f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}. Oracle routing "
-                f"ceiling: {report['oracle']['pass_rate']:.1%}. "
+                f"p={c['mcnemar_p']:.3g}, bootstrap p={c['bootstrap_p']:.3g}. "
+                f"{_ceiling(report)[0].upper()}{_ceiling(report)[1:]}. "
                 f"Verdict: {report['verdict']['reason']}\n"
             )
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -303,6 +322,14 @@ async def _curves(
 @click.option("--diagnose-trials", type=int, default=4, show_default=True)
 @click.option("--eval-tasks", type=int, default=24, show_default=True)
 @click.option("--eval-trials", type=int, default=2, show_default=True)
+@click.option(
+    "--eval-adapters",
+    type=click.Choice(["routed", "all"]),
+    default="routed",
+    show_default=True,
+    help="Play each adapter on the test tasks routed to it, or on all of them (which also "
+    "measures each adapter alone and the oracle routing ceiling).",
+)
 @click.option("--budget", type=int, default=None, help="Rollouts per adapter.")
 @click.option(
     "--max-tokens", type=int, default=256, show_default=True, help="Per model turn, in rollouts."
@@ -312,6 +339,14 @@ async def _curves(
     type=int,
     default=None,
     help="Train only the diagnosis's best N capabilities (default: every kept one).",
+)
+@click.option(
+    "--spare-capabilities",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Capabilities in reserve synthesized beside the chosen ones from the start, to take "
+    "a failed one's place at once (0: only after a failure).",
 )
 @click.option(
     "--route-tasks",
@@ -335,9 +370,11 @@ def improve(
     diagnose_trials: int,
     eval_tasks: int,
     eval_trials: int,
+    eval_adapters: str,
     budget: int | None,
     max_tokens: int,
     max_capabilities: int | None,
+    spare_capabilities: int,
     route_tasks: int,
     baseline: bool,
     wait_s: float,
@@ -348,9 +385,11 @@ def improve(
         "diagnose_trials": diagnose_trials,
         "eval_tasks": eval_tasks,
         "eval_trials": eval_trials,
+        "eval_adapters": eval_adapters,
         "rollout_budget": budget,
         "max_tokens": max_tokens,
         "max_capabilities": max_capabilities,
+        "spare_capabilities": spare_capabilities,
         "route_tasks": route_tasks,
         "baselines": ["grpo_target", "gepa"] if baseline else [],
     }

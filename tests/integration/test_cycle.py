@@ -39,7 +39,7 @@ from shared.messages import (
     TrainRequested,
     decode,
 )
-from shared.routing.modes import Candidate, Decision
+from shared.routing.modes import Candidate, Decision, RoutingMode
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent
@@ -58,7 +58,23 @@ from shared.store.tenants import create_tenant
 from tests.integration.test_delivery import eventually, healthy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-SETTINGS = CycleSettings(diagnose_tasks=4, eval_tasks=4, eval_trials=2, route_tasks=2)
+SETTINGS = CycleSettings(
+    diagnose_tasks=4, eval_tasks=4, eval_trials=2, route_tasks=2, eval_adapters="all"
+)
+
+
+class ByRequest:
+    """A routing mode that sends the listed opening requests to the first candidate and the
+    rest to the base model."""
+
+    name = "by-request"
+
+    def __init__(self, requests: set[str]) -> None:
+        self.requests = requests
+
+    async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
+        chosen = candidates[0] if candidates and query in self.requests else None
+        return Decision(chosen, 1.0, self.name)
 
 
 class FirstAdapter:
@@ -473,12 +489,13 @@ async def test_a_cycle_whose_training_fails_measures_the_agent_as_is_and_says_wh
 
 @contextlib.asynccontextmanager
 async def evaluator_running(
-    service_cfg: ServiceConfig,
+    service_cfg: ServiceConfig, mode: RoutingMode | None = None
 ) -> AsyncIterator[tuple[NatsBus, Callable[[Contract], Awaitable[None]]]]:
-    """The evaluator service, and a bus with a `send` that publishes as another service."""
+    """The evaluator service (routing with `mode`, default `FirstAdapter`), and a bus with a
+    `send` that publishes as another service."""
     cfg = EvaluatorConfig(**{f: getattr(service_cfg, f) for f in service_cfg.__struct_fields__})  # type: ignore[arg-type]
     service = Service(
-        "evaluator", cfg, EvaluatorHandlers(cfg, FirstAdapter()).table(), default_port=0
+        "evaluator", cfg, EvaluatorHandlers(cfg, mode or FirstAdapter()).table(), default_port=0
     )
     run = asyncio.create_task(service.run())
     await eventually(lambda: healthy(service))
@@ -502,7 +519,7 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
         store, ("hard", "easy", "spare")
     )
     cycle_id = uuid.uuid4()
-    one = msgspec.structs.replace(SETTINGS, max_capabilities=1, baselines=[])
+    one = msgspec.structs.replace(SETTINGS, max_capabilities=1, spare_capabilities=0, baselines=[])
 
     async def cycle() -> Cycle | None:
         async with store.tenant("acme") as session:
@@ -543,6 +560,98 @@ async def test_a_capability_without_an_environment_gives_its_place_to_the_next_k
         async with store.tenant("acme") as session:
             [job] = list(await session.scalars(select(TrainingJob)))
         assert job.capability_id == easy and job.environment_id == env_id
+
+
+async def test_a_spare_is_synthesized_beside_and_takes_a_failed_capabilitys_place(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """`spare_capabilities` = 1: the first in reserve is synthesized from the start beside the
+    chosen capability; when that one fails, the spare (already calibrated) takes its place
+    with no synthesis to wait for."""
+    agent_id, (hard, easy, spare), env_id = await _agent_with_capabilities(
+        store, ("hard", "easy", "spare")
+    )
+    cycle_id = uuid.uuid4()
+    one = msgspec.structs.replace(SETTINGS, max_capabilities=1, baselines=[])
+    assert one.spare_capabilities == 1
+
+    async def cycle() -> Cycle | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Cycle, cycle_id)
+
+    async with evaluator_running(service_cfg) as (bus, send):
+        events = f"{service_cfg.nats.stream_prefix}_EVENTS"
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=one))
+        await eventually(lambda: _state_is(cycle, "diagnosing"), within=30)
+        identified = CapabilitiesIdentified(
+            agent_id=agent_id, capability_ids=[hard], cycle_id=cycle_id, reserve_ids=[easy, spare]
+        )
+        await send(identified)
+        await eventually(lambda: _state_is(cycle, "synthesizing"), within=30)
+
+        async def asked() -> list[list[uuid.UUID]]:
+            sent = await emitted(bus, events, CapabilitiesIdentified)
+            return [m.capability_ids for m in sent if m.capability_ids != [hard]]  # type: ignore[attr-defined]
+
+        async def spare_asked() -> bool:
+            return await asked() == [[easy]]
+
+        await eventually(spare_asked, within=30)
+        row = await cycle()
+        assert row is not None
+        synthesis = load(row).synthesis
+        assert synthesis is not None
+        assert synthesis.spares == [str(easy)] and synthesis.reserves == [str(spare)]
+        # the spare is calibrated first; the cycle still waits for the chosen capability
+        await send(EnvironmentReady(environment_id=env_id, capability_id=easy, cycle_id=cycle_id))
+        await asyncio.sleep(0.5)
+        assert await _state_is(cycle, "synthesizing")
+        failed = SynthesisFailed(capability_id=hard, reason="too hard", cycle_id=cycle_id)
+        await send(failed)
+        await send(failed)
+        await eventually(lambda: _state_is(cycle, "training"), within=30)
+        async with store.tenant("acme") as session:
+            [job] = list(await session.scalars(select(TrainingJob)))
+        assert job.capability_id == easy and job.environment_id == env_id
+        assert await asked() == [[easy]]  # nothing more was synthesized
+        row = await cycle()
+        assert row is not None
+        synthesis = load(row).synthesis
+        assert synthesis is not None and synthesis.capabilities == [str(hard), str(easy)]
+
+
+async def test_a_cycle_waits_for_its_spare_and_leaves_it_untrained_when_not_needed(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The chosen capability calibrated first: training waits for the spare's synthesis to
+    end (it would compete with training for the machine), then trains the chosen one only."""
+    agent_id, (hard, easy), env_id = await _agent_with_capabilities(
+        store, ("hard", "easy"), ready="hard"
+    )
+    cycle_id = uuid.uuid4()
+    one = msgspec.structs.replace(SETTINGS, max_capabilities=1, baselines=[])
+
+    async def cycle() -> Cycle | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Cycle, cycle_id)
+
+    async with evaluator_running(service_cfg) as (_, send):
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=one))
+        await eventually(lambda: _state_is(cycle, "diagnosing"), within=30)
+        await send(
+            CapabilitiesIdentified(
+                agent_id=agent_id, capability_ids=[hard], cycle_id=cycle_id, reserve_ids=[easy]
+            )
+        )
+        await eventually(lambda: _state_is(cycle, "synthesizing"), within=30)
+        await send(EnvironmentReady(environment_id=env_id, capability_id=hard, cycle_id=cycle_id))
+        await asyncio.sleep(0.5)
+        assert await _state_is(cycle, "synthesizing")  # the spare is still calibrating
+        await send(SynthesisFailed(capability_id=easy, reason="too hard", cycle_id=cycle_id))
+        await eventually(lambda: _state_is(cycle, "training"), within=30)
+        async with store.tenant("acme") as session:
+            [job] = list(await session.scalars(select(TrainingJob)))
+        assert job.capability_id == hard
 
 
 async def _agent_with_capabilities(
@@ -615,3 +724,123 @@ async def test_synthesis_outcomes_that_arrive_before_the_capabilities_are_applie
         async with store.tenant("acme") as session:
             [job] = list(await session.scalars(select(TrainingJob)))
         assert job.capability_id == easy and job.environment_id == env_id
+
+
+@pytest.mark.parametrize("routed", [2, 0])
+async def test_an_adapter_is_played_only_on_the_test_tasks_routed_to_it(
+    service_cfg: ServiceConfig, store: Store, routed: int
+) -> None:
+    """`eval_adapters` = `routed` (the default): the base model plays the test split first;
+    the adapter then plays only the tasks routing sends it, with the same seeds, and the
+    routed set is judged on those outcomes. An adapter routed nowhere is not played."""
+    agent_id, [cap_id], env_id = await _agent_with_capabilities(store, ("easy",))
+    settings = CycleSettings(diagnose_tasks=4, eval_tasks=4, eval_trials=2, baselines=[])
+    assert settings.eval_adapters == "routed"
+    toolbox = get_environment("toolbox")
+    tests = pick_tasks([t for t in toolbox.tasks() if t.split == "test"], 4)
+    to_adapter = {t.id for t in tests[:routed]}
+    mode = ByRequest({t.data["request"] for t in tests if t.id in to_adapter})
+    cycle_id = uuid.uuid4()
+
+    async def cycle() -> Cycle | None:
+        async with store.tenant("acme") as session:
+            return await session.get(Cycle, cycle_id)
+
+    async with evaluator_running(service_cfg, mode) as (bus, send):
+        events = f"{service_cfg.nats.stream_prefix}_EVENTS"
+
+        async def evaluations() -> list[Contract]:
+            sent = await emitted(bus, events, RolloutRequested)
+            return [m for m in sent if m.purpose == "evaluate"]  # type: ignore[attr-defined]
+
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=settings))
+        await eventually(lambda: _state_is(cycle, "diagnosing"), within=30)
+        await send(
+            CapabilitiesIdentified(agent_id=agent_id, capability_ids=[cap_id], cycle_id=cycle_id)
+        )
+        await eventually(lambda: _state_is(cycle, "synthesizing"), within=30)
+        await send(EnvironmentReady(environment_id=env_id, capability_id=cap_id, cycle_id=cycle_id))
+        await eventually(lambda: _state_is(cycle, "training"), within=30)
+        async with store.tenant("acme") as session:
+            [job] = list(await session.scalars(select(TrainingJob)))
+            adapter = Adapter(
+                agent_id=agent_id,
+                capability_id=cap_id,
+                cycle_id=cycle_id,
+                name="bot--easy--v1",
+                base_model="smollm2",
+                status="loaded",
+                training_curve=[{"step": 1, "rollouts": 32, "mean_reward": 0.2}],
+            )
+            session.add(adapter)
+            await session.flush()
+            adapter_id = adapter.id
+        await send(AdapterTrained(adapter_id=adapter_id, job_id=job.id, cycle_id=cycle_id))
+        await eventually(lambda: _state_is(cycle, "evaluating"), within=30)
+        [base] = await evaluations()  # the adapter waits for routing
+        assert base.adapter is None and sorted(base.task_ids) == sorted(t.id for t in tests)  # type: ignore[attr-defined]
+
+        async with store.tenant("acme") as session:
+            target = Environment(name="toolbox", version=1, kind="target", status="ready")
+            session.add(target)
+            await session.flush()
+            rows = {}
+            for t in tests:
+                row = Task(environment_id=target.id, external_id=t.id, split="test", kind=t.kind)
+                session.add(row)
+                await session.flush()
+                rows[t.id] = row.id
+
+        async def played(request: Contract, task_ids: Sequence[str], good: bool) -> None:
+            async with store.tenant("acme") as session:
+                for task_id in task_ids:
+                    opening = next(t for t in tests if t.id == task_id).data["request"]
+                    for trial in range(settings.eval_trials):
+                        session.add(
+                            Trajectory(
+                                agent_id=agent_id,
+                                request_id=request.request_id,  # type: ignore[attr-defined]
+                                cycle_id=cycle_id,
+                                task_id=rows[task_id],
+                                trial=trial,
+                                reward=1.0 if good else 0.0,
+                                success=good,
+                                messages=[{"role": "user", "content": opening}],
+                            )
+                        )
+            done = RolloutCompleted(
+                request_id=request.request_id,  # type: ignore[attr-defined]
+                agent_id=agent_id,
+                trajectories=len(task_ids) * settings.eval_trials,
+                successes=0,
+                mean_reward=0.0,
+                cycle_id=cycle_id,
+                purpose="evaluate",
+            )
+            await send(done)
+            await send(done)  # a redelivery asks for nothing twice
+
+        await played(base, base.task_ids, good=False)  # type: ignore[attr-defined]
+        if routed:
+
+            async def adapter_asked() -> bool:
+                return len(await evaluations()) == 2
+
+            await eventually(adapter_asked, within=30)
+            await asyncio.sleep(0.5)
+            [_, second] = await evaluations()  # and no third: the repeat asked nothing
+            assert second.adapter == "bot--easy--v1" and second.split == "test"  # type: ignore[attr-defined]
+            assert sorted(second.task_ids) == sorted(to_adapter)  # type: ignore[attr-defined]
+            assert second.trials == base.trials and second.sampling == base.sampling  # type: ignore[attr-defined]
+            await played(second, second.task_ids, good=True)  # type: ignore[attr-defined]
+        await eventually(lambda: _state_is(cycle, "completed"), within=30)
+        assert len(await evaluations()) == (2 if routed else 1)
+        row = await cycle()
+        assert row is not None
+        report = row.data["report"]
+        assert report["played_on"] == {"adapter:bot--easy--v1": routed}
+        assert report["oracle"] is None  # not measured: the adapter skipped tasks
+        assert report["configs"]["adapter:bot--easy--v1"]["episodes"] == routed * 2
+        assert report["configs"]["routed"]["episodes"] == 8
+        assert report["configs"]["routed"]["pass_rate"] == routed / 4
+        assert report["comparison"]["only_candidate"] == routed * 2

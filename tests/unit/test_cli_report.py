@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 
 from services.evaluator.report import compare, config_stats, oracle, verdict
@@ -18,8 +19,6 @@ def snap() -> dict[str, object]:
     routed = {t: [(True, 1.0), (True, 1.0)] for t in KINDS}
     configs = {"base": base, "routed": routed}
     comparison = compare("routed", routed, "base", base, resamples=500)
-    import msgspec
-
     report = {
         "configs": {k: msgspec.to_builtins(config_stats(k, v, KINDS)) for k, v in configs.items()},
         "comparison": msgspec.to_builtins(comparison),
@@ -114,3 +113,31 @@ def test_a_cycle_that_trained_nothing_reports_the_base_model_and_why(
     improve.write_report(shot, [], tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "| base | 6 | 50.0% |" in md and "McNemar" not in md and why in md
+
+
+def routed_only_snap() -> dict[str, object]:
+    """An adapter played only on the 2 tasks routed to it: no oracle ceiling."""
+    data = snap()
+    report = data["data"]["report"]  # type: ignore[index]
+    adapter = {t: [(True, 1.0), (True, 1.0)] for t in ("t0", "t1")}
+    report["configs"]["adapter:bot--alarms--v1"] = msgspec.to_builtins(
+        config_stats("adapter:bot--alarms--v1", adapter, KINDS)
+    )
+    report["oracle"] = None
+    report["played_on"] = {"adapter:bot--alarms--v1": 2}
+    return data
+
+
+def test_an_adapter_played_where_routed_is_labelled_and_the_ceiling_said_unmeasured(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    improve.write_report(routed_only_snap(), [], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| adapter:bot--alarms--v1 (on the 2 tasks routed to it) | 4 | 100.0% |" in md
+    assert "Oracle routing ceiling not measured" in md and "--eval-adapters all" in md
+    out = io.StringIO()
+    monkeypatch.setattr(improve, "console", Console(file=out, width=200, color_system=None))
+    improve.print_report(routed_only_snap())
+    text = out.getvalue()
+    assert "(on the 2 tasks routed to it)" in text
+    assert "oracle routing ceiling not measured" in text

@@ -4,6 +4,7 @@ probability towards rewarded completions and away from penalised ones."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from services.train.grpo import (  # noqa: E402
     policy_step,
     rollout_group,
 )
+from services.train.sampling import LocalSampler  # noqa: E402
 from services.train.trainer import Budget, Checkpoints, train  # noqa: E402
 from shared.envs.synthetic import SyntheticEnvironment, family_spec  # noqa: E402
 from tests.support.length_env import LengthEnvironment  # noqa: E402
@@ -177,5 +179,81 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tokenizer: Any, tmp_
     )
     assert progress.step == 3 and [c["step"] for c in progress.curve] == [1, 2, 3]
     assert progress.resumes == [1]
+    for a, b in zip(adapter_weights(straight), adapter_weights(resumed), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+class CountingSampler(LocalSampler):
+    """The in-process sampler, recording the batches it decodes and the steps it syncs at."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__(policy)
+        self.batches: list[int] = []
+        self.synced: list[int] = []
+
+    def sync(self, policy: Policy, step: int) -> None:
+        self.synced.append(step)
+        super().sync(policy, step)
+
+    def sample(self, prompts: Any, s: GRPOSettings, seed: int) -> list[list[int]]:
+        self.batches.append(len(prompts))
+        return super().sample(prompts, s, seed)
+
+
+AHEAD = dataclasses.replace(RUN, sample_ahead=1)
+
+
+def test_sampling_ahead_rolls_out_two_steps_at_once_from_the_same_weights(
+    tokenizer: Any, tmp_path: Any
+) -> None:
+    policy = tiny_policy(tokenizer, AHEAD)
+    before = adapter_weights(policy)
+    sampler = CountingSampler(policy)
+    progress = train(
+        policy,
+        LengthEnvironment(),
+        AHEAD,
+        Budget(rollouts=16),
+        Checkpoints(tmp_path / "ck"),
+        sampler=sampler,
+    )
+    assert progress.step == 4 and progress.rollouts == 16
+    assert [c["step"] for c in progress.curve] == [1, 2, 3, 4]
+    # one batch of two groups (8 rows) per round; the weights synced before each round only
+    assert sampler.batches == [8, 8]
+    assert sampler.synced == [0, 2]
+    assert any(not torch.equal(a, b) for a, b in zip(before, adapter_weights(policy), strict=True))
+
+
+def test_a_run_stopped_between_the_steps_of_a_round_resumes_on_the_same_rollouts(
+    tokenizer: Any, tmp_path: Any
+) -> None:
+    straight = tiny_policy(tokenizer, AHEAD)
+    train(straight, LengthEnvironment(), AHEAD, Budget(rollouts=16), Checkpoints(tmp_path / "a"))
+    first = tiny_policy(tokenizer, AHEAD)
+    steps: list[int] = []
+    train(
+        first,
+        LengthEnvironment(),
+        AHEAD,
+        Budget(rollouts=16),
+        Checkpoints(tmp_path / "b"),
+        on_step=lambda p, _: steps.append(p.step),
+        should_stop=lambda: len(steps) >= 1,
+    )
+    assert steps == [1]  # stopped with step 2's group sampled and not trained on
+    assert (tmp_path / "b" / "pending.json").exists()
+    resumed = tiny_policy(tokenizer, AHEAD)
+    sampler = CountingSampler(resumed)
+    progress = train(
+        resumed,
+        LengthEnvironment(),
+        AHEAD,
+        Budget(rollouts=16),
+        Checkpoints(tmp_path / "b"),
+        sampler=sampler,
+    )
+    assert progress.step == 4 and progress.resumes == [1]
+    assert sampler.batches == [8]  # step 2 trained on the saved rollouts, not new ones
     for a, b in zip(adapter_weights(straight), adapter_weights(resumed), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
