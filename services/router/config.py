@@ -37,3 +37,8 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     """Answered turns kept in memory while the store refuses them, recorded once it is back
     (over this, the oldest wait and new ones are logged as lost)."""
+    cache_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0
+    """How long API keys, agents and adapters read from the store are kept in memory at
+    most. A change to one (revoked, promoted, deleted) drops it at once: Postgres announces
+    every change (migration 0007), and while the router cannot hear those announcements it
+    reads the store on every request. 0: always read the store."""

@@ -53,8 +53,9 @@ from shared.routing.profiles import first_user_text, profiles
 from shared.runtime.deadlines import read_body
 from shared.runtime.service import Service
 from shared.store.agents import AgentNotFoundError, get_agent
+from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
-from shared.store.tenants import live_key
+from shared.store.tenants import hash_key, live_key
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
@@ -103,6 +104,35 @@ API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
 """The request's key (its row id), for scoping conversations to the caller."""
 
 
+@dataclass(frozen=True)
+class KeyView:
+    """A live API key, as the router keeps it: its row and tenant."""
+
+    id: uuid.UUID
+    tenant: str
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the router reads of an agent, kept in memory between requests."""
+
+    id: uuid.UUID
+    name: str
+    model: str
+    config: dict[str, Any]
+    production_adapters: tuple[str, ...]
+
+    @classmethod
+    def of(cls, agent: Agent) -> AgentView:
+        return cls(
+            agent.id,
+            agent.name,
+            agent.model,
+            dict(agent.config or {}),
+            tuple(str(a) for a in agent.production_adapters or []),
+        )
+
+
 @dataclass
 class Turn:
     """One request's place in its conversation."""
@@ -143,7 +173,16 @@ class RouterApp:
         self.limits = (
             TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
         )
-        self._profiles: dict[tuple[str, uuid.UUID], tuple[float, list[Candidate]]] = {}
+        self._profiles: dict[
+            tuple[str, uuid.UUID, tuple[str, ...]], tuple[float, list[Candidate]]
+        ] = {}
+        self._feed: ChangeFeed | None = None
+        self.keys: RowCache[str, KeyView] | None = None
+        """Live keys by the hash of the presented key."""
+        self.agents: RowCache[tuple[str, str], AgentView] | None = None
+        """Agents by (tenant, name)."""
+        self.adapters: RowCache[uuid.UUID, tuple[str, str | None]] | None = None
+        """An adapter's name and artifact by its id."""
         self.route_seconds: Histogram | None = None
         self.routed: Counter | None = None
 
@@ -175,6 +214,8 @@ class RouterApp:
         serve(app, router_openapi())
 
     async def close(self, _: Service) -> None:
+        if self._feed is not None:
+            await self._feed.close()
         if self._retrier is not None:
             if self._unrecorded:  # one last try, then say what is lost
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -203,12 +244,10 @@ class RouterApp:
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return error(401, "missing bearer token (a tenant API key)", "authentication_error")
-        assert self.service is not None and self.service.store is not None
-        async with self.service.store.cross_tenant() as session:
-            key = await live_key(session, auth[7:].strip())
+        key = await self._key(auth[7:].strip())
         if key is None:
             return error(401, "unknown or revoked API key", "authentication_error")
-        tenant = key.tenant_id
+        tenant = key.tenant
         request[API_KEY_ID] = key.id
         if self.limits is not None:
             wait_s = self.limits.take(tenant)
@@ -221,6 +260,23 @@ class RouterApp:
                     headers={"Retry-After": TenantLimits.retry_after(wait_s)},
                 )
         return tenant
+
+    async def _key(self, presented: str) -> KeyView | None:
+        """The live key presented (from memory when it can be), or None."""
+        hashed = hash_key(presented)
+        now = time.monotonic()
+        if self.keys is not None and (cached := self.keys.get(hashed, now)) is not None:
+            return cached
+        generation = self._feed.generation if self._feed is not None else 0
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.cross_tenant() as session:
+            row = await live_key(session, presented)
+        if row is None:
+            return None  # not cached: a key issued a moment later must work at once
+        key = KeyView(row.id, row.tenant_id)
+        if self.keys is not None:
+            self.keys.put(hashed, key, (("api_keys", str(row.id)),), generation, now)
+        return key
 
     async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:
         """The caller's tenant and the request body, or the error response."""
@@ -268,14 +324,26 @@ class RouterApp:
         # conversation up (and a known conversation's target); route a new conversation (an
         # embedding or a classifier request), then record it; then make sure the endpoint
         # serves the target.
-        async with self.service.store.tenant(tenant) as session:
-            try:
-                agent = await get_agent(session, req.model)
-            except AgentNotFoundError:
-                return error(404, f"no agent {req.model!r} for this tenant (GET /v1/models)")
-            conversation = await self._find(session, agent, request, messages)
-            if conversation is not None:
-                target, artifact = await self._target(session, agent, conversation)
+        now = time.monotonic()
+        agent = self.agents.get((tenant, req.model), now) if self.agents is not None else None
+        tips = prefix_tips(messages)
+        conversation = None
+        if agent is None or tips or request.headers.get(CONVERSATION_HEADER):
+            generation = self._feed.generation if self._feed is not None else 0
+            async with self.service.store.tenant(tenant) as session:
+                if agent is None:
+                    try:
+                        agent = AgentView.of(await get_agent(session, req.model))
+                    except AgentNotFoundError:
+                        return error(
+                            404, f"no agent {req.model!r} for this tenant (GET /v1/models)"
+                        )
+                    if self.agents is not None:
+                        rows = (("agents", str(agent.id)),)
+                        self.agents.put((tenant, req.model), agent, rows, generation, now)
+                conversation = await self._find(session, agent, request, tips)
+                if conversation is not None:
+                    target, artifact = await self._target(session, agent, conversation)
         if conversation is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             conversation = Conversation(
@@ -305,10 +373,12 @@ class RouterApp:
     async def _find(
         self,
         session: Any,
-        agent: Agent,
+        agent: AgentView,
         request: web.Request,
-        messages: Sequence[dict[str, Any]],
+        tips: Sequence[tuple[int, str]],
     ) -> Conversation | None:
+        """The conversation the request continues: the one its header names, else the one
+        whose tip is the longest prefix of its history (`tips`), among the caller's key's."""
         given = request.headers.get(CONVERSATION_HEADER)
         if given:
             try:
@@ -317,7 +387,6 @@ class RouterApp:
                 found = None
             if found is not None and found.agent_id == agent.id:
                 return found
-        tips = prefix_tips(messages)
         if not tips:
             return None
         # the history hash is a fallback, and only within the caller's own key: two users
@@ -338,17 +407,27 @@ class RouterApp:
         return None
 
     async def _target(
-        self, session: Any, agent: Agent, conversation: Conversation
+        self, session: Any, agent: AgentView, conversation: Conversation
     ) -> tuple[str, str | None]:
         """The model the conversation is served by, and its adapter's artifact (if any)."""
         if conversation.adapter_id is None:
             return agent.model, None
+        now = time.monotonic()
+        if self.adapters is not None:
+            cached = self.adapters.get(conversation.adapter_id, now)
+            if cached is not None:
+                return cached
+        generation = self._feed.generation if self._feed is not None else 0
         adapter = await session.get(Adapter, conversation.adapter_id)
         if adapter is None:
             return agent.model, None
-        return adapter.name, adapter.artifact_uri
+        served = (adapter.name, adapter.artifact_uri)
+        if self.adapters is not None:
+            rows = (("adapters", str(adapter.id)),)
+            self.adapters.put(adapter.id, served, rows, generation, now)
+        return served
 
-    async def _route(self, agent: Agent, tenant: str, text: str) -> Decision:
+    async def _route(self, agent: AgentView, tenant: str, text: str) -> Decision:
         """The routing decision; a classifier that cannot answer sends the conversation to
         the base model (the fallback every mode has) rather than failing the request."""
         mode = self._mode_for(agent)
@@ -359,7 +438,7 @@ class RouterApp:
             log.warning("routing failed; the base model serves", mode=mode.name, error=repr(exc))
             return Decision(None, 0.0, f"{mode.name}:unavailable")
 
-    def _mode_for(self, agent: Agent) -> RoutingMode:
+    def _mode_for(self, agent: AgentView) -> RoutingMode:
         """The configured mode; `learned` uses the examples the agent's last promoting cycle
         left in its config (embedding routing until there are some)."""
         examples = ((agent.config or {}).get("router") or {}).get("examples") or []
@@ -371,14 +450,15 @@ class RouterApp:
             self.cfg.min_confidence,
         )
 
-    async def _candidates(self, tenant: str, agent: Agent) -> list[Candidate]:
-        """The agent's production adapters with their profiles (cached for `profile_ttl_s`)."""
-        key = (tenant, agent.id)
+    async def _candidates(self, tenant: str, agent: AgentView) -> list[Candidate]:
+        """The agent's production adapters with their profiles (cached for `profile_ttl_s`
+        per production set, so a promotion is routed to as soon as the agent shows it)."""
+        key = (tenant, agent.id, agent.production_adapters)
         cached = self._profiles.get(key)
         now = time.monotonic()
         if cached is not None and now - cached[0] < self.cfg.profile_ttl_s:
             return cached[1]
-        ids = [uuid.UUID(str(a)) for a in agent.production_adapters or []]
+        ids = [uuid.UUID(a) for a in agent.production_adapters]
         assert self.service is not None and self.service.store is not None
         async with self.service.store.tenant(tenant) as session:
             candidates = await profiles(session, ids, self.cfg.profile_examples)
@@ -532,8 +612,21 @@ class RouterApp:
             self._retry_wake.clear()
             self._drained.set()
 
-    async def start(self, _: Service) -> None:
+    async def start(self, service: Service) -> None:
         self._retrier = asyncio.create_task(self._record_later(), name="record-later")
+        if self.cfg.cache_s > 0 and service.store is not None:
+            self._feed = ChangeFeed(
+                asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self._changed
+            )
+            self.keys = RowCache(self._feed, self.cfg.cache_s)
+            self.agents = RowCache(self._feed, self.cfg.cache_s)
+            self.adapters = RowCache(self._feed, self.cfg.cache_s)
+            self._feed.start()
+
+    def _changed(self, table: str | None, row: str | None) -> None:
+        for cache in (self.keys, self.agents, self.adapters):
+            if cache is not None:
+                cache.changed(table, row)
 
     async def _keep_turn(
         self,

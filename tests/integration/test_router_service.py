@@ -6,6 +6,7 @@ feedback attached to the production trajectory."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import socket
 import uuid
@@ -27,7 +28,7 @@ from shared.runtime.service import Service
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store
 from shared.store.agents import create_agent
-from shared.store.models import Adapter, Capability, Conversation, Trajectory
+from shared.store.models import Adapter, Agent, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from tests.integration.test_delivery import eventually, healthy
 from tests.support.transactions import open_transactions
@@ -460,20 +461,83 @@ async def test_a_reply_given_while_the_store_is_down_is_recorded_when_it_is_back
     await eventually(recorded, within=30)
 
 
-async def test_a_revoked_key_is_refused_from_its_next_request(
+async def test_a_revoked_key_is_refused_as_soon_as_postgres_announces_it(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
 ) -> None:
+    """The router keeps a key in memory once seen; its revocation (a committed UPDATE,
+    announced by the table's trigger) drops it at once, whatever revoked it."""
     url, _, _, _ = router
     async with store.tenant("acme") as session:
         spare = await issue_api_key(session, "acme", "spare")
     async with aiohttp.ClientSession() as http:
         headers = {"Authorization": f"Bearer {spare}"}
-        async with http.get(f"{url}/v1/models", headers=headers) as r:
-            assert r.status == 200
+        for _ in range(3):  # seen, and kept
+            async with http.get(f"{url}/v1/models", headers=headers) as r:
+                assert r.status == 200
         async with store.tenant("acme") as session:
             await revoke_api_key(session, spare[:16])
-        async with http.get(f"{url}/v1/models", headers=headers) as r:
-            assert r.status == 401 and "revoked" in (await r.json())["error"]["message"]
+        refused_after = asyncio.get_running_loop().time()
+
+        async def refused() -> bool:
+            async with http.get(f"{url}/v1/models", headers=headers) as r:
+                if r.status == 200:
+                    return False
+                assert r.status == 401 and "revoked" in (await r.json())["error"]["message"]
+                return True
+
+        await eventually(refused, within=5)
+        assert asyncio.get_running_loop().time() - refused_after < 1.0
+
+
+async def test_keys_agents_and_adapters_are_read_once_then_kept_until_they_change(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hot path does not wait for Postgres for what it has seen: a key and an agent are
+    read once; a demotion (the agent's row updated) shows on the next conversation."""
+    from services.router import handlers
+
+    url, key, upstream, _ = router
+    reads: collections.Counter[str] = collections.Counter()
+    real_key, real_agent = handlers.live_key, handlers.get_agent
+
+    async def counted_key(*args: Any) -> Any:
+        reads["key"] += 1
+        return await real_key(*args)
+
+    async def counted_agent(*args: Any) -> Any:
+        reads["agent"] += 1
+        return await real_agent(*args)
+
+    monkeypatch.setattr(handlers, "live_key", counted_key)
+    monkeypatch.setattr(handlers, "get_agent", counted_agent)
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    body = {"model": "bot", "messages": alarm}
+    async with aiohttp.ClientSession() as http:
+
+        async def from_memory() -> bool:  # once the router hears Postgres, it keeps rows
+            before = reads.copy()
+            status, _, _ = await _chat(http, url, key, body)
+            assert status == 200
+            return reads == before
+
+        await eventually(from_memory, within=10)
+        for _ in range(3):
+            assert await from_memory()
+        assert upstream.models[-1] == "bot--set_alarms--v1"
+        async with store.tenant("acme") as session:
+            agent = await session.scalar(select(Agent).where(Agent.name == "bot"))
+            assert agent is not None
+            agent.production_adapters = []  # demoted by hand
+
+        async def demoted() -> bool:
+            status, _, _ = await _chat(http, url, key, body)
+            assert status == 200
+            return upstream.models[-1] == "smollm2"
+
+        await eventually(demoted, within=5)
+        assert reads["agent"] >= 1
 
 
 async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
@@ -612,13 +676,8 @@ async def test_a_store_failure_is_503_and_an_endpoint_that_stays_down_502(
     url, key, upstream, _ = router
     alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
     async with aiohttp.ClientSession() as http:
-        assert upstream.server is not None
-        await upstream.server.close()  # connections refused from now on
-        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
-        assert status == 502 and payload["error"]["type"] == "upstream_error"
-        assert "bot--set_alarms--v1" in payload["error"]["message"]
-
-        async with store.cross_tenant() as session:  # the agents' table is gone: a broken store
+        # first, before the router has the agent in memory: the agents' table is gone
+        async with store.cross_tenant() as session:
             await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".agents RENAME TO gone'))
         try:
             status, headers, payload = await _chat(
@@ -628,10 +687,16 @@ async def test_a_store_failure_is_503_and_an_endpoint_that_stays_down_502(
         finally:
             async with store.cross_tenant() as session:
                 await session.execute(text(f'ALTER TABLE "{db_cfg.schema}".gone RENAME TO agents'))
-    assert status == 503, payload  # not "no agent 'bot'": the agent exists
-    assert retry_after == str(RETRY_AFTER_S)
-    assert payload["error"]["type"] == "service_unavailable"
-    assert "store is unavailable" in payload["error"]["message"]
+        assert status == 503, payload  # not "no agent 'bot'": the agent exists
+        assert retry_after == str(RETRY_AFTER_S)
+        assert payload["error"]["type"] == "service_unavailable"
+        assert "store is unavailable" in payload["error"]["message"]
+
+        assert upstream.server is not None
+        await upstream.server.close()  # connections refused from now on
+        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+        assert status == 502 and payload["error"]["type"] == "upstream_error"
+        assert "bot--set_alarms--v1" in payload["error"]["message"]
 
 
 @pytest.mark.parametrize("router", ["classifier"], indirect=True)
