@@ -133,6 +133,16 @@ class AgentView:
         )
 
 
+@dataclass(frozen=True)
+class Opening:
+    """A conversation a request opens: its row is written with the first turn recorded."""
+
+    agent_id: uuid.UUID
+    adapter_id: uuid.UUID | None
+    api_key_id: uuid.UUID | None
+    route: dict[str, Any]
+
+
 @dataclass
 class Turn:
     """One request's place in its conversation."""
@@ -144,6 +154,8 @@ class Turn:
     found_turns: int
     branched: uuid.UUID | None = None
     """The branch this turn went to, when another turn got there first."""
+    opening: Opening | None = None
+    """Set when this turn opens the conversation (its row does not exist yet)."""
 
 
 class RouterApp:
@@ -321,9 +333,10 @@ class RouterApp:
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
         # Short transactions, none held across a model or endpoint call: look the agent and
-        # conversation up (and a known conversation's target); route a new conversation (an
-        # embedding or a classifier request), then record it; then make sure the endpoint
-        # serves the target.
+        # conversation up (and a known conversation's target), unless memory has the agent and
+        # the request opens a conversation; route a new conversation (an embedding or a
+        # classifier request): its row is written with its first turn; then make sure the
+        # endpoint serves the target.
         now = time.monotonic()
         agent = self.agents.get((tenant, req.model), now) if self.agents is not None else None
         tips = prefix_tips(messages)
@@ -346,26 +359,25 @@ class RouterApp:
                     target, artifact = await self._target(session, agent, conversation)
         if conversation is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
-            conversation = Conversation(
+            opening = Opening(
                 agent_id=agent.id,
                 adapter_id=decision.adapter.adapter_id if decision.adapter else None,
                 api_key_id=request.get(API_KEY_ID),
-                tip="",
                 route=decision.record(),
             )
-            async with self.service.store.tenant(tenant) as session:
-                session.add(conversation)
-                target, artifact = await self._target(session, agent, conversation)
-        if conversation.turns == 0:
+            turn = Turn(tenant, uuid.uuid4(), "", 0, opening=opening)
+            target, artifact = await self._served_by(tenant, agent, opening.adapter_id)
+        else:
+            turn = Turn(tenant, conversation.id, conversation.tip, conversation.turns)
+        if turn.found_turns == 0:
             try:  # an endpoint that restarted has forgotten its adapters: load it again
                 await self.served.ensure(target, artifact)
             except (PermanentError, LLMError, aiohttp.ClientError, TimeoutError) as exc:
                 return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
-        turn = Turn(tenant, conversation.id, conversation.tip, conversation.turns)
         if self.route_seconds is not None:
             self.route_seconds.observe(time.perf_counter() - started)
         body["model"] = target
-        headers = {CONVERSATION_HEADER: str(conversation.id), ADAPTER_HEADER: target}
+        headers = {CONVERSATION_HEADER: str(turn.conversation_id), ADAPTER_HEADER: target}
         if req.stream:
             return await self._relay_stream(request, turn, body, messages, headers)
         return await self._relay(turn, body, messages, headers)
@@ -410,15 +422,32 @@ class RouterApp:
         self, session: Any, agent: AgentView, conversation: Conversation
     ) -> tuple[str, str | None]:
         """The model the conversation is served by, and its adapter's artifact (if any)."""
-        if conversation.adapter_id is None:
+        return await self._served_by("", agent, conversation.adapter_id, session)
+
+    async def _served_by(
+        self,
+        tenant: str,
+        agent: AgentView,
+        adapter_id: uuid.UUID | None,
+        session: Any | None = None,
+    ) -> tuple[str, str | None]:
+        """The model name an adapter is served as, and its artifact: from memory, else read
+        in `session` (or a transaction of `tenant`'s of its own). The base model for none (or
+        one deleted since)."""
+        if adapter_id is None:
             return agent.model, None
         now = time.monotonic()
         if self.adapters is not None:
-            cached = self.adapters.get(conversation.adapter_id, now)
+            cached = self.adapters.get(adapter_id, now)
             if cached is not None:
                 return cached
         generation = self._feed.generation if self._feed is not None else 0
-        adapter = await session.get(Adapter, conversation.adapter_id)
+        if session is None:
+            assert self.service is not None and self.service.store is not None
+            async with self.service.store.tenant(tenant) as own:
+                adapter = await own.get(Adapter, adapter_id)
+        else:
+            adapter = await session.get(Adapter, adapter_id)
         if adapter is None:
             return agent.model, None
         served = (adapter.name, adapter.artifact_uri)
@@ -646,7 +675,23 @@ class RouterApp:
                 Conversation, turn.conversation_id, with_for_update=True
             )
             if conversation is None:
-                return
+                o = turn.opening
+                if o is None or await session.get(Agent, o.agent_id) is None:
+                    return  # deleted since (its agent was)
+                adapter_id = o.adapter_id
+                if adapter_id is not None and await session.get(Adapter, adapter_id) is None:
+                    adapter_id = None  # deleted since it served this turn
+                conversation = Conversation(
+                    id=turn.conversation_id,
+                    agent_id=o.agent_id,
+                    adapter_id=adapter_id,
+                    api_key_id=o.api_key_id,
+                    tip="",
+                    route=o.route,
+                    turns=0,
+                )
+                session.add(conversation)
+                await session.flush()
             if conversation.tip != turn.found_tip:
                 conversation = Conversation(
                     agent_id=conversation.agent_id,

@@ -715,3 +715,31 @@ async def test_a_classifier_that_cannot_answer_routes_to_the_base_model(
     async with store.tenant("acme") as session:
         [conversation] = list(await session.scalars(select(Conversation)))
     assert conversation.route["mode"].endswith(":unavailable")
+
+
+async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """A new conversation costs no transaction of its own: its row is written with its first
+    recorded turn, so a request the endpoint refuses leaves no conversation without a
+    trajectory behind (issue 14 found such rows after failures)."""
+    url, key, upstream, _ = router
+    upstream.refused.add("bot--set_alarms--v1")
+    alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    hello = [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+
+    async def count() -> int:
+        async with store.tenant("acme") as session:
+            return len(list(await session.scalars(select(Conversation))))
+
+    async with aiohttp.ClientSession() as http:
+        status, _, _ = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+        assert status == 404  # the endpoint's refusal, relayed
+        assert await count() == 0
+        status, headers, _ = await _chat(http, url, key, {"model": "bot", "messages": hello})
+        assert status == 200
+    async with store.tenant("acme") as session:
+        [conversation] = list(await session.scalars(select(Conversation)))
+    assert str(conversation.id) == headers["X-Retrace-Conversation"]
+    assert conversation.turns == 1 and conversation.trajectory_id is not None
+    assert conversation.route["mode"] == "embedding"
