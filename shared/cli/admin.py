@@ -14,9 +14,10 @@ from shared.cli.context import load_settings, make_console, open_store, urls
 from shared.envs.registry import canonical, get_environment
 from shared.errors import PermanentError, RetryableError
 from shared.store import migrate as migrations
-from shared.store.agents import create_agent, list_agents
+from shared.store.agents import create_agent, delete_agent, list_agents
 from shared.store.tenants import (
     create_tenant,
+    delete_tenant,
     issue_api_key,
     list_api_keys,
     list_tenants,
@@ -158,6 +159,24 @@ def tenant_list() -> None:
     console.print(table)
 
 
+@tenant.command("delete")
+@click.argument("tenant_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def tenant_delete(tenant_id: str, yes: bool) -> None:
+    """Delete a tenant with its keys, agents and everything they recorded (refused while a
+    cycle or training job of it is in progress). Adapter files stay in the artifact store."""
+    if not yes:
+        click.confirm(f"delete tenant {tenant_id!r} and everything it has recorded?", abort=True)
+    cfg = load_settings()
+
+    async def run() -> None:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            await delete_tenant(session, tenant_id)
+
+    _run(run())
+    console.print(f"tenant [bold]{tenant_id}[/bold] deleted")
+
+
 @click.group()
 def agent() -> None:
     """Agents: a model, a system prompt and a target environment."""
@@ -220,6 +239,28 @@ def agent_list(tenant_id: str) -> None:
     for row in _run(run()):
         table.add_row(*row)
     console.print(table)
+
+
+@agent.command("delete")
+@click.argument("name")
+@click.option(
+    "--tenant", "tenant_id", default=DEFAULT_TENANT, envvar="RETRACE_TENANT", show_default=True
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def agent_delete(name: str, tenant_id: str, yes: bool) -> None:
+    """Delete an agent with its cycles, trajectories, capabilities and adapters' records
+    (refused while it has a cycle or training job in progress). Adapter files stay in the
+    artifact store."""
+    if not yes:
+        click.confirm(f"delete agent {name!r} of {tenant_id} and all it recorded?", abort=True)
+    cfg = load_settings()
+
+    async def run() -> None:
+        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
+            await delete_agent(session, name)
+
+    _run(run())
+    console.print(f"agent [bold]{name}[/bold] of {tenant_id} deleted")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from shared.cycle import ACTIVE
 from shared.errors import PermanentError
-from shared.store.models import Agent, Tenant
+from shared.store.models import Agent, Capability, Cycle, Tenant, TrainingJob
 from shared.store.scope import TENANT_KEY
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -86,3 +87,42 @@ async def _tenant_exists(session: AsyncSession) -> None:
 
 async def list_agents(session: AsyncSession) -> list[Agent]:
     return list(await session.scalars(select(Agent).order_by(Agent.name)))
+
+
+FINISHED_JOB_STATES = ("done", "failed", "cancelled")
+
+
+class AgentBusyError(PermanentError):
+    """The agent has work in progress; deleting it would pull the rows from under it."""
+
+
+async def work_in_progress(session: AsyncSession, agent_id: Any = None) -> list[str]:
+    """The session tenant's active cycles and unfinished training jobs (of one agent when
+    `agent_id` is given), each as "<kind> <id> (<state>)"."""
+    cycles = select(Cycle).where(Cycle.state.in_(ACTIVE))
+    jobs = (
+        select(TrainingJob)
+        .outerjoin(Capability, Capability.id == TrainingJob.capability_id)
+        .where(TrainingJob.status.not_in(FINISHED_JOB_STATES))
+    )
+    if agent_id is not None:
+        cycles = cycles.where(Cycle.agent_id == agent_id)
+        jobs = jobs.where(Capability.agent_id == agent_id)
+    busy = [f"cycle {c.id} ({c.state})" for c in await session.scalars(cycles)]
+    busy += [f"training job {j.id} ({j.status})" for j in await session.scalars(jobs)]
+    return busy
+
+
+async def delete_agent(session: AsyncSession, name: str) -> Agent:
+    """Delete the session tenant's agent `name` with everything recorded for it (cycles,
+    trajectories, capabilities, adapters' rows, conversations: the foreign keys cascade);
+    refused while it has a cycle or a training job in progress."""
+    agent = await get_agent(session, name)
+    busy = await work_in_progress(session, agent.id)
+    if busy:
+        raise AgentBusyError(
+            f"agent {name!r} has work in progress: {', '.join(busy)}; cancel it first "
+            "(`retrace cancel ID`)"
+        )
+    await session.execute(delete(Agent).where(Agent.id == agent.id))
+    return agent

@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.errors import PermanentError
@@ -88,6 +88,29 @@ async def tenant_for_key(session: AsyncSession, key: str) -> str | None:
         select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
     )
     return row.tenant_id if row else None
+
+
+class TenantBusyError(PermanentError):
+    """The tenant has work in progress."""
+
+
+async def delete_tenant(session: AsyncSession, tenant_id: str) -> Tenant:
+    """Delete a tenant and every row of its (keys, agents and all they recorded: the foreign
+    keys cascade); refused while it has a cycle or training job in progress. `session` is the
+    tenant's own (its work is looked up there); the row goes in the same transaction."""
+    from shared.store.agents import TenantNotFoundError, work_in_progress
+
+    tenant = await session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise TenantNotFoundError(f"no tenant {tenant_id!r} (`retrace tenant list`)")
+    busy = await work_in_progress(session)
+    if busy:
+        raise TenantBusyError(
+            f"tenant {tenant_id!r} has work in progress: {', '.join(busy)}; cancel it first "
+            "(`retrace cancel ID`)"
+        )
+    await session.execute(delete(Tenant).where(Tenant.id == tenant_id))
+    return tenant
 
 
 async def list_tenants(session: AsyncSession) -> list[Tenant]:

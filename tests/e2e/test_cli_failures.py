@@ -99,3 +99,22 @@ def test_a_fresh_data_directory_works_and_is_left_as_found(env: dict[str, str]) 
     again = cli(env, "tenant", "list")
     assert again.returncode == 0 and "acme" in again.stdout, again.stderr
     assert not postgres_running(data)
+
+
+def test_deleting_an_agent_and_a_tenant(servers: dict[str, str]) -> None:
+    """`agent delete` and `tenant delete`: what does not exist is one line; without `--yes`
+    nothing is deleted unless confirmed; with it, the agent and then the tenant go."""
+    assert cli(servers, "tenant", "create", "acme").returncode == 0
+    made = cli(
+        servers, "agent", "create", "bot", "--tenant", "acme", "--model", "m", "--env", "toolbox"
+    )
+    assert made.returncode == 0, made.stderr
+    assert "no agent named 'ghost'" in _one_line(
+        cli(servers, "agent", "delete", "ghost", "--tenant", "acme", "--yes")
+    )
+    kept = cli(servers, "agent", "delete", "bot", "--tenant", "acme")  # no answer: aborted
+    assert kept.returncode == 1 and "Aborted" in kept.stderr
+    gone = cli(servers, "agent", "delete", "bot", "--tenant", "acme", "--yes")
+    assert gone.returncode == 0 and "deleted" in gone.stdout, gone.stderr  # it was still there
+    assert cli(servers, "tenant", "delete", "acme", "--yes").returncode == 0
+    assert "no tenant 'acme'" in _one_line(cli(servers, "tenant", "delete", "acme", "--yes"))
