@@ -106,6 +106,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         database=db,
         http=HttpConfig(port=args.port),
         model=ModelConfig(url=f"http://127.0.0.1:{upstream.port}/v1"),
+        cache_s=args.cache_s,
     )
     service = build(cfg)
     run = asyncio.create_task(service.run())
@@ -243,6 +244,12 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--cache-s",
+        type=float,
+        default=RouterConfig.cache_s,
+        help="the router's RETRACE_ROUTER_CACHE_S (0: read the store on every request)",
+    )
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
