@@ -356,7 +356,9 @@ class RouterApp:
                         self.agents.put((tenant, req.model), agent, rows, generation, now)
                 conversation = await self._find(session, agent, request, tips)
                 if conversation is not None:
-                    target, artifact = await self._target(session, agent, conversation)
+                    target, artifact = await self._served_by(
+                        tenant, agent, conversation.adapter_id, session
+                    )
         if conversation is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             opening = Opening(
@@ -417,12 +419,6 @@ class RouterApp:
             if h in by_tip:
                 return by_tip[h]
         return None
-
-    async def _target(
-        self, session: Any, agent: AgentView, conversation: Conversation
-    ) -> tuple[str, str | None]:
-        """The model the conversation is served by, and its adapter's artifact (if any)."""
-        return await self._served_by("", agent, conversation.adapter_id, session)
 
     async def _served_by(
         self,
