@@ -279,7 +279,7 @@ class RouterApp:
         now = time.monotonic()
         if self.keys is not None and (cached := self.keys.get(hashed, now)) is not None:
             return cached
-        generation = self._feed.generation if self._feed is not None else 0
+        generation = self._generation()
         assert self.service is not None and self.service.store is not None
         async with self.service.store.cross_tenant() as session:
             row = await live_key(session, presented)
@@ -342,7 +342,7 @@ class RouterApp:
         tips = prefix_tips(messages)
         conversation = None
         if agent is None or tips or request.headers.get(CONVERSATION_HEADER):
-            generation = self._feed.generation if self._feed is not None else 0
+            generation = self._generation()
             async with self.service.store.tenant(tenant) as session:
                 if agent is None:
                     try:
@@ -437,7 +437,7 @@ class RouterApp:
             cached = self.adapters.get(adapter_id, now)
             if cached is not None:
                 return cached
-        generation = self._feed.generation if self._feed is not None else 0
+        generation = self._generation()
         if session is None:
             assert self.service is not None and self.service.store is not None
             async with self.service.store.tenant(tenant) as own:
@@ -647,6 +647,10 @@ class RouterApp:
             self.agents = RowCache(self._feed, self.cfg.cache_s)
             self.adapters = RowCache(self._feed, self.cfg.cache_s)
             self._feed.start()
+
+    def _generation(self) -> int:
+        """The change feed's generation, noted before a store read whose rows may be kept."""
+        return self._feed.generation if self._feed is not None else 0
 
     def _changed(self, table: str | None, row: str | None) -> None:
         for cache in (self.keys, self.agents, self.adapters):
