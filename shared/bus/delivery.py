@@ -157,6 +157,8 @@ class Delivery:
     store: Store
     settings: ConsumerConfig
     metrics: ServiceMetrics
+    _handling: dict[str, asyncio.Future[str]] = field(default_factory=dict, init=False, repr=False)
+    """Messages this process is handling now, by id: each one's outcome once it ends."""
 
     async def process(self, msg: Msg) -> None:
         started = time.perf_counter()
@@ -178,6 +180,10 @@ class Delivery:
                 bound.error("malformed message dead-lettered", error=str(exc))
                 await self._dead_letter(msg, msg_id, str(exc), "contract")
                 return
+            running = self._handling.get(msg_id)
+            if running is not None:
+                outcome = await self._follow(msg, running, bound)
+                return
             if attempt > self.settings.max_deliver:
                 # Earlier deliveries never finished (the process died or hung, or the outbox
                 # could not be published). Committed work still gets its messages out.
@@ -192,7 +198,16 @@ class Delivery:
                 bound.error("message exhausted its deliveries", error=error)
                 await self._dead_letter(msg, msg_id, error, "exhausted")
                 return
-            outcome = await self._handle(msg, tenant, message, msg_id, attempt, bound)
+            ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self._handling[msg_id] = ended
+            try:
+                outcome = await self._handle(msg, tenant, message, msg_id, attempt, bound)
+            except asyncio.CancelledError:
+                outcome = "requeued"
+                raise
+            finally:
+                del self._handling[msg_id]
+                ended.set_result(outcome)
         except asyncio.CancelledError:
             # Shutdown: hand the message back at once rather than waiting for ack_wait.
             outcome = "requeued"
@@ -201,6 +216,22 @@ class Delivery:
         finally:
             self.metrics.handled.labels(self.contract.kind(), outcome).inc()
             self.metrics.latency.labels(self.contract.kind()).observe(time.perf_counter() - started)
+
+    async def _follow(self, msg: Msg, running: asyncio.Future[str], bound: Any) -> str:
+        """A redelivery of a message this process is still handling (its heartbeats were late:
+        an event loop kept busy past `ack_wait`) is never run a second time beside the first.
+        It is kept alive until the running delivery ends, then acked if that one settled the
+        message; a running delivery that handed the message back (nak) has asked for the next
+        delivery already."""
+        bound.warning("redelivered while still being handled here; following that delivery")
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            outcome = await asyncio.shield(running)
+        finally:
+            heartbeat.cancel()
+        if outcome not in ("retried", "requeued"):
+            await _quietly(msg.ack())
+        return "followed"
 
     async def _handle(
         self, msg: Msg, tenant: str, message: Contract, msg_id: str, attempt: int, bound: Any

@@ -72,3 +72,19 @@ async def test_a_recorded_message_is_never_run_again(
     assert long_runs[key] == 1
     assert len(set(await _pong_ids(client))) == 1
     assert (await effect_counts(store.engine)).get(key, 0) == (1 if records else 0)
+
+
+async def test_a_redelivery_while_the_handler_still_works_is_not_run_beside_it(
+    client: NatsBus, store: Store, service_cfg: ServiceConfig
+) -> None:
+    """The handler holds the event loop past ack_wait (as a training step on a loaded CPU did
+    in CI): JetStream redelivers while it still works. The redelivery follows the running
+    delivery instead of starting the handler again (two trainings of one job at once)."""
+    key = "busy-loop"
+    block = service_cfg.consumer.ack_wait + 1.0
+    await client.publish("acme", LongPing(key=key, block_s=block, work_s=3.0), msg_id="m-busy")
+    await eventually(lambda: _pong_count(client, 1), within=30)
+    await asyncio.sleep(block)  # past another ack_wait: nothing is left to redeliver
+    assert long_runs[key] == 1
+    assert (await effect_counts(store.engine))[key] == 1
+    assert len(await _pong_ids(client)) == 1

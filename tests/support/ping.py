@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from sqlalchemy.dialects.postgresql import insert
@@ -84,6 +85,9 @@ class LongPing(Contract, frozen=True):
     EVENT = "long_ping"
 
     key: str
+    block_s: float = 0.0
+    """Seconds the handler first holds the event loop (no heartbeat goes out meanwhile, so
+    JetStream redelivers while the handler still works)."""
     work_s: float = 0.0
     """Seconds of "model work" before the result is recorded."""
     crash_on: list[int] = []
@@ -104,6 +108,7 @@ long_working: dict[str, asyncio.Event] = {}
 async def handle_long_ping(msg: LongPing, ctx: HandlerContext) -> None:
     long_runs[msg.key] = long_runs.get(msg.key, 0) + 1
     long_working.setdefault(msg.key, asyncio.Event()).set()
+    time.sleep(msg.block_s)  # noqa: ASYNC251  the point: the event loop held, as busy work holds it
     await asyncio.sleep(msg.work_s)
     long_working[msg.key].clear()
     if ctx.attempt in msg.crash_on:
