@@ -54,14 +54,18 @@ CPU_DEFAULTS = {
     "RETRACE_TRAIN_SAMPLE_AHEAD": "1",
     "RETRACE_TRAIN_MAX_NEW_TOKENS": "96",
     "RETRACE_TRAIN_MAX_TURNS": "4",
-    # The held-out check of each adapter: 12 test tasks x 2 seeds, each played by the adapter
-    # and by the base model (6 x 2 could not tell a gain of 0.2 from noise).
     # One training job at a time: each holds its own copy of the model, and three at once
     # (an adapter and two baselines) were killed for memory on 24 GiB; on 2 cores running
     # them side by side gains nothing.
     "RETRACE_TRAIN_MAX_JOBS": "1",
-    "RETRACE_TRAIN_HELDOUT_TASKS": "12",
+    # The held-out check of each adapter: 32 test tasks x 2 seeds, each played by the adapter
+    # and by the base model, 32 episodes in lockstep. With 24 pairs a pair's difference had a
+    # standard deviation of about 0.43, so a gain of 0.15 needed about 64 pairs to be told
+    # from noise with 80% power (docs/benchmarks.md, the tenth run); 12 x 2 showed no gain in 2
+    # of the 5 demo runs that trained.
+    "RETRACE_TRAIN_HELDOUT_TASKS": "32",
     "RETRACE_TRAIN_HELDOUT_SAMPLES": "2",
+    "RETRACE_TRAIN_HELDOUT_BATCH": "32",
     # On a busy CPU a request can wait behind a batch of long generations; a timeout would
     # throw that work away.
     "RETRACE_MODEL_REQUEST_TIMEOUT": "1800",
@@ -192,7 +196,9 @@ def running_up(ready_timeout: float, port_offset: int, log_name: str) -> Iterato
             up.wait(timeout=120)
         except subprocess.TimeoutExpired:
             up.kill()
-        _retrace("down")
+            up.wait()
+        if up.returncode != 0:  # a clean exit stopped everything it started itself
+            _retrace("down")
 
 
 def ensure_agent(name: str, model: str, environment: str) -> None:
