@@ -28,7 +28,7 @@ from shared.logging import get_logger
 log = get_logger(__name__)
 CHANNEL = "retrace_changes"
 APPLICATION = "retrace-change-feed"
-"""The feed's connection's name in `pg_stat_activity`."""
+"""The start of the feed's connection's name in `pg_stat_activity` (`/<schema>` follows)."""
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -56,6 +56,7 @@ class ChangeFeed:
     ) -> None:
         self.dsn = dsn
         self.schema = schema
+        self.application_name = f"{APPLICATION}/{schema}"[:63]
         self.on_change = on_change
         self.check_s = check_s
         self.retry_s = retry_s
@@ -89,7 +90,9 @@ class ChangeFeed:
             conn: asyncpg.Connection | None = None
             try:
                 conn = await asyncpg.connect(
-                    self.dsn, timeout=10, server_settings={"application_name": APPLICATION}
+                    self.dsn,
+                    timeout=10,
+                    server_settings={"application_name": self.application_name},
                 )
                 await conn.add_listener(CHANNEL, self._notified)
                 self._changed(None, None)  # what was cached while deaf may be stale

@@ -34,6 +34,12 @@ def async_url(url: str) -> str:
     return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
+def application_name(schema: str) -> str:
+    """The `application_name` retrace's connections to `schema` carry (Postgres keeps 63
+    characters)."""
+    return f"retrace/{schema}"[:63]
+
+
 def create_engine(cfg: DatabaseConfig, url: str) -> AsyncEngine:
     return create_async_engine(
         async_url(url),
@@ -49,7 +55,8 @@ def create_engine(cfg: DatabaseConfig, url: str) -> AsyncEngine:
             "server_settings": {
                 "search_path": cfg.schema,
                 "statement_timeout": str(cfg.statement_timeout_ms),
-                "application_name": "retrace",
+                # per schema: what Postgres shows for one deployment (or one test) is its own
+                "application_name": application_name(cfg.schema),
             },
         },
     )

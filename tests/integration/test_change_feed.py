@@ -15,7 +15,7 @@ from sqlalchemy import delete
 
 from shared.store import Store
 from shared.store.agents import create_agent
-from shared.store.changes import APPLICATION, ChangeFeed, asyncpg_dsn
+from shared.store.changes import ChangeFeed, asyncpg_dsn
 from shared.store.models import Adapter, Agent
 from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from tests.integration.test_delivery import eventually
@@ -80,7 +80,7 @@ async def test_changes_are_announced_and_a_lost_connection_is_said(
             await conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = $1",
-                APPLICATION,
+                feed.application_name,
             )
         finally:
             await conn.close()

@@ -118,7 +118,8 @@ async def test_survives_lost_database_connections(
         killed = await conn.scalar(
             text(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'retrace' AND datname = current_database() "
+                "WHERE application_name = current_setting('application_name') "
+                "AND datname = current_database() "
                 "AND pid <> pg_backend_pid()"
             )
         )

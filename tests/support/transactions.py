@@ -8,12 +8,14 @@ from shared.store import Store
 
 
 async def open_transactions(store: Store, older_than_s: float = 0.0) -> int:
-    """Connections to this database (other than the asking one) idle inside a transaction
-    that began more than `older_than_s` seconds ago."""
+    """Connections of `store`'s deployment (its schema's `application_name`; other than the
+    asking one) idle inside a transaction that began more than `older_than_s` seconds ago.
+    Tests running beside it, in other schemas, are not counted."""
     async with store.cross_tenant() as session:
         count = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = current_setting('application_name') "
                 "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid() "
                 "AND now() - xact_start > make_interval(secs => :age)"
             ),
