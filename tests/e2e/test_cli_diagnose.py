@@ -122,3 +122,37 @@ def test_improve_follows_a_cycle_to_its_end(env: dict[str, str], tmp_path: Path)
             assert markdown.startswith("# retrace cycle") and "base" in markdown
             status = cli(env, "status")
             assert "completed" in status.stdout, status.stdout
+
+
+def test_improve_on_a_plugin_environment(env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    """The same chain on the worked plug-in example (issue 15): the installed `hotel-desk`
+    package is diagnosed, its capability gets an environment derived from the hotel's own
+    tasks, which the oracle (it fails those very tasks) cannot pass, so the cycle measures the
+    base model on the hotel's test split and completes rejected, with the reason."""
+    desk = get_environment("hotel-desk")
+    sample = pick_tasks([t for t in desk.tasks() if t.split == "train"], 12)
+    failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
+    with serve_in_thread(OracleLLM(desk, fail=failing).app()) as model_url:
+        env = {
+            **env,
+            "RETRACE_MODEL_URL": model_url,
+            "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
+            "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
+            "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
+        }
+        with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25200):
+            made = cli(env, "agent", "create", "desk", "--model", "oracle", "--env", "hotel-desk")
+            assert made.returncode == 0, made.stderr
+            result = cli(
+                env, "improve", "desk", "--diagnose-tasks", "12", "--diagnose-trials", "1",
+                "--eval-tasks", "8", "--eval-trials", "1", "--wait", "200", timeout=260,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stdout + result.stderr
+            reason = "nothing to promote: no capability got a calibrated environment"
+            assert reason in " ".join(result.stdout.split()), result.stdout
+            shown = cli(env, "capabilities", "desk", "--json", str(tmp_path / "caps.json"))
+            assert shown.returncode == 0, shown.stderr
+            kept = [c["name"] for c in json.loads((tmp_path / "caps.json").read_text())]
+            assert "use_tools_when_needed" in kept, kept
+            said = " ".join(result.stdout.split())
+            assert "use_tools_when_needed: calibration failed" in said and "too hard" in said, said
