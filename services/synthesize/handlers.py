@@ -21,6 +21,7 @@ from services.synthesize.writer import SpecWriter, SpecWriterError, WriterConfig
 from shared.bus.delivery import Handler, HandlerContext, long_running
 from shared.envs.derived.build import adjust_derived, derived_spec
 from shared.envs.derived.env import DerivedEnvironment
+from shared.envs.derived.simulated import is_remote, simulate
 from shared.envs.derived.spec import DerivedSpec, decode_derived, is_derived
 from shared.envs.guidance import hinted_trials
 from shared.envs.loading import synthetic_ref
@@ -118,6 +119,8 @@ class SynthesizeHandlers:
                     else []
                 )
                 todo.append((capability.id, capability.name, capability.definition, excerpts))
+        for capability_id, planned in list(derived.items()):
+            derived[capability_id] = await _replayable(planned)
         written: list[tuple[uuid.UUID, tuple[SyntheticSpec | DerivedSpec, dict[str, str]]]] = [
             (cid, (derived[cid], {}) if cid in derived else await self._spec(name, definition, ex))
             for cid, name, definition, ex in todo
@@ -289,7 +292,8 @@ class SynthesizeHandlers:
         env: SyntheticEnvironment | DerivedEnvironment
         if isinstance(spec, DerivedSpec):
             try:
-                env = DerivedEnvironment(spec, await open_environment(spec.target))
+                target = None if spec.simulated is not None else await open_environment(spec.target)
+                env = DerivedEnvironment(spec, target)
             except PermanentError as exc:  # the spec, or a target that no longer loads
                 _give_up(
                     ctx, capability, cycle_id, {"reason": "invalid spec", "problems": [str(exc)]}
@@ -357,6 +361,28 @@ class SynthesizeHandlers:
             ),
             key=str(row.id),
         )
+
+
+async def _replayable(spec: DerivedSpec) -> DerivedSpec:
+    """`spec` as it can be replayed in training: as is for a target with a synchronous reset,
+    else with each task's opening snapshotted and its tools simulated (an HTTP or MCP
+    target; asked outside any transaction). A target that does not load, or a capability
+    without a check, is left as is: `_calibrate` gives up on it with the reason."""
+    try:
+        target = await open_environment(spec.target)
+        if not is_remote(target):
+            return spec
+        simulated = await simulate(spec, target)
+    except PermanentError as exc:
+        log.warning("no simulated replay of a remote target", target=spec.target, error=str(exc))
+        return spec
+    log.info(
+        "remote target: its tasks are replayed from snapshots with simulated tool results",
+        target=spec.target,
+        environment=spec.name,
+        tasks=len(spec.task_ids),
+    )
+    return simulated
 
 
 async def _train_tasks(target: str) -> list[str]:

@@ -62,5 +62,7 @@ def _build(raw: bytes) -> Environment:
 
     if is_derived(msgspec.json.decode(raw)):
         spec = decode_derived(raw)
+        if spec.simulated is not None:  # replayed from snapshots: the target is not needed
+            return DerivedEnvironment(spec, None)
         return DerivedEnvironment(spec, get_environment(spec.target))
     return SyntheticEnvironment(decode(raw))

@@ -14,6 +14,9 @@ from sqlalchemy import select
 from shared.bus import NatsBus
 from shared.config import ServiceConfig
 from shared.envs.conformance import acheck
+from shared.envs.derived.build import derived_spec
+from shared.envs.derived.env import DerivedEnvironment
+from shared.envs.derived.simulated import simulate
 from shared.envs.mcptools.env import McpEnvironment
 from shared.envs.mcptools.spec import McpSpecError
 from shared.envs.protocol import Message, ToolCall, ToolCallFunction, advance, close, grade, start
@@ -184,3 +187,25 @@ async def test_references_replay_asynchronously_for_the_diagnosis() -> None:
     env = get_environment(REF)
     results = [await areplay(env, task) for task in env.tasks()[:3]]
     assert all(r is not None and r.score.success for r in results)
+
+
+async def test_a_capability_on_mcp_tools_trains_on_their_schemas_with_simulated_results() -> None:
+    """Synthesis for an MCP target: each chosen task's opening (the server's own tool schemas
+    included) is taken once from a real server; the derived environment then plays it with
+    simulated results and needs no server."""
+    env = get_environment(REF)
+    train = [t.id for t in env.tasks() if t.split == "train"]
+    spec = await simulate(
+        derived_spec(REF, "valid_tool_arguments", "", train[:2], train), env, seed=0
+    )
+    assert spec.simulated is not None and len(spec.simulated) == 2
+    served = await start(env, env.tasks()[0], 0)
+    try:
+        assert spec.simulated[0].tools == served.tools
+    finally:
+        await close(served)
+    derived = DerivedEnvironment(spec, None)
+    episode = derived.reset(derived.tasks()[0], 1)
+    result = episode.step(_call("search_notes", json.dumps({"query": "rent"})))
+    assert json.loads(result.messages[0].content or "")["simulated"] is True
+    assert episode.score().reward == 1.0

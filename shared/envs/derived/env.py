@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.envs.derived.checks import CHECKS
+from shared.envs.derived.simulated import SimulatedEpisode
 from shared.envs.derived.spec import DerivedSpec
 from shared.envs.protocol import Environment, Episode, Message, Score, StepResult, TaskSpec
 from shared.envs.synthetic.spec import InvalidSpecError
@@ -22,11 +23,19 @@ WORLD_STRIDE = 7919
 
 
 class DerivedEnvironment:
-    def __init__(self, spec: DerivedSpec, target: Environment) -> None:
+    def __init__(self, spec: DerivedSpec, target: Environment | None) -> None:
+        """`target` is the target environment, or None for a spec replayed from its
+        snapshots (`spec.simulated`), which needs nothing of the target."""
+        if spec.simulated is not None:
+            self._simulated(spec)
+            return
+        if target is None:
+            raise InvalidSpecError(f"derived spec {spec.name!r}: its target is needed to replay")
         if getattr(target, "areset", None) is not None:
             raise InvalidSpecError(
                 f"derived spec {spec.name!r}: target {spec.target!r} starts its episodes "
-                "asynchronously (HTTP, MCP); training environments need a synchronous reset"
+                "asynchronously (HTTP, MCP): its tasks are replayed from snapshots with "
+                "simulated tools (shared/envs/derived/simulated.py), which this spec has not"
             )
         if not spec.task_ids:
             raise InvalidSpecError(
@@ -35,7 +44,7 @@ class DerivedEnvironment:
         if spec.check is not None and spec.check not in CHECKS:
             raise InvalidSpecError(f"derived spec {spec.name!r}: unknown check {spec.check!r}")
         self.spec = spec
-        self.target = target
+        self.target: Environment | None = target
         self.name = f"synthetic/{spec.name}"
         known = {t.id: t for t in target.tasks()}
         missing = [t for t in spec.task_ids if t not in known]
@@ -44,7 +53,28 @@ class DerivedEnvironment:
                 f"derived spec {spec.name!r}: target {spec.target!r} has no task "
                 + ", ".join(repr(m) for m in missing)
             )
+        self._kinds = {t: known[t].kind for t in spec.task_ids}
         self._targets = {t: known[t] for t in spec.task_ids}
+
+    def _simulated(self, spec: DerivedSpec) -> None:
+        assert spec.simulated is not None
+        if spec.check not in CHECKS:
+            raise InvalidSpecError(
+                f"derived spec {spec.name!r}: simulated tools need a known check, "
+                f"not {spec.check!r}"
+            )
+        openings = {t.task_id: t for t in spec.simulated}
+        missing = [t for t in spec.task_ids if t not in openings]
+        if not spec.task_ids or missing:
+            raise InvalidSpecError(
+                f"derived spec {spec.name!r}: no snapshot of "
+                + (", ".join(repr(m) for m in missing) or "any task")
+            )
+        self.spec = spec
+        self.target = None
+        self.name = f"synthetic/{spec.name}"
+        self._openings = openings
+        self._kinds = {t: openings[t].kind for t in spec.task_ids}
 
     @cached_property
     def _tasks(self) -> tuple[TaskSpec, ...]:
@@ -56,7 +86,7 @@ class DerivedEnvironment:
                 out.append(
                     TaskSpec(
                         id=f"{spec.name}-{world:02d}-{task_id}",
-                        kind=self._targets[task_id].kind,
+                        kind=self._kinds[task_id],
                         split="test" if world >= spec.seeds - spec.test_seeds else "train",
                         data={"target_task": task_id, "world": world, "hint": hint},
                     )
@@ -66,7 +96,12 @@ class DerivedEnvironment:
     def tasks(self) -> list[TaskSpec]:
         return list(self._tasks)
 
-    def reset(self, task: TaskSpec, seed: int) -> DerivedEpisode:
+    def reset(self, task: TaskSpec, seed: int) -> DerivedEpisode | SimulatedEpisode:
+        if self.target is None:
+            world = int(task.data["world"]) * WORLD_STRIDE + seed % WORLD_STRIDE
+            return SimulatedEpisode(
+                self.spec, task, self._openings[task.data["target_task"]], world
+            )
         inner = self.target.reset(
             self._targets[task.data["target_task"]],
             int(task.data["world"]) * WORLD_STRIDE + seed % WORLD_STRIDE,

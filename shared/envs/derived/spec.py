@@ -8,17 +8,36 @@ selection* instead: the target train tasks the capability was found missing on, 
 capability itself (`shared/envs/derived/checks.py`), with hints for guided rollouts. The first
 `seeds - test_seeds` worlds of each task are train tasks, the rest the held-out test tasks: a
 held-out gain here means new worlds of the same requests, not new requests.
+
+A target whose episodes start asynchronously (an HTTP environment, MCP tools) cannot be
+replayed inside a training step, and its tools may be another process's to call. Its derived
+spec carries a snapshot of each chosen task's opening instead (`simulated`: the system prompt,
+the exact tool schemas and the first messages, as the target served them), and the tools'
+results are simulated from the episode's seed (`shared/envs/derived/simulated.py`); the reward
+is then the capability check alone, and every score says the tools were simulated.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
+from shared.envs.protocol import Message
 from shared.envs.synthetic.spec import Capability, InvalidSpecError
 
 DERIVED: Literal["derived"] = "derived"
+
+
+class SimulatedTask(msgspec.Struct, kw_only=True, frozen=True):
+    """A target task's opening as the target served it, for a simulated replay."""
+
+    task_id: str
+    kind: str
+    system_prompt: str
+    tools: list[dict[str, Any]]
+    """OpenAI tool schemas, exactly the target's."""
+    messages: list[Message]
 
 
 class DerivedSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -40,6 +59,8 @@ class DerivedSpec(msgspec.Struct, kw_only=True, frozen=True):
     hints: list[str] = msgspec.field(default_factory=list)
     hint_share: float = 0.0
     revision: int = 0
+    simulated: list[SimulatedTask] | None = None
+    """Set for a target replayed from snapshots with simulated tool results (see above)."""
 
 
 def decode_derived(raw: bytes | str) -> DerivedSpec:
@@ -54,6 +75,11 @@ def decode_derived(raw: bytes | str) -> DerivedSpec:
         problems.append("test_seeds must be between 1 and seeds - 1")
     if not 0.0 <= spec.check_weight <= 1.0:
         problems.append("check_weight must be in [0, 1]")
+    if spec.simulated is not None:
+        if spec.check is None:
+            problems.append("simulated tools need a capability check to grade with")
+        if {t.task_id for t in spec.simulated} != set(spec.task_ids):
+            problems.append("simulated tasks must be exactly task_ids")
     if problems:
         raise InvalidSpecError(f"derived spec {spec.name!r}: " + "; ".join(problems))
     return spec
