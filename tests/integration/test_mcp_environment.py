@@ -5,9 +5,12 @@ and a rollout through the rollout service on it."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 
@@ -18,6 +21,7 @@ from shared.envs.derived.build import derived_spec
 from shared.envs.derived.env import DerivedEnvironment
 from shared.envs.derived.simulated import simulate
 from shared.envs.mcptools.env import McpEnvironment
+from shared.envs.mcptools.judge import JudgeCheckError
 from shared.envs.mcptools.spec import McpSpecError
 from shared.envs.protocol import Message, ToolCall, ToolCallFunction, advance, close, grade, start
 from shared.envs.reference import reference_of
@@ -29,6 +33,7 @@ from shared.store.models import Trajectory
 from shared.store.tenants import create_tenant
 from tests.integration.test_rollout_service import completed, requested, rollout_cfg
 from tests.integration.test_rollout_service import start as start_service
+from tests.support.fake_chat import FakeJudge, script
 from tests.support.oracle_llm import OracleLLM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -209,3 +214,76 @@ async def test_a_capability_on_mcp_tools_trains_on_their_schemas_with_simulated_
     result = episode.step(_call("search_notes", json.dumps({"query": "rent"})))
     assert json.loads(result.messages[0].content or "")["simulated"] is True
     assert episode.score().reward == 1.0
+
+
+def _judged_env(tmp_path: Path, judge_url: str | None) -> McpEnvironment:
+    """The notes server with one task graded by a `called` check and a `judge` check."""
+    row = {
+        "id": "wifi",
+        "split": "train",
+        "prompt": "What's the wifi password? It's somewhere in my notes.",
+        "checks": [
+            {"kind": "called", "tool": "read_note", "arguments": {"note_id": 3}},
+            {"kind": "judge", "text": "The reply tells the user the wifi password.", "weight": 2},
+        ],
+    }
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    judge = f"judge: {{model: grader, url: '{judge_url}'}}\n" if judge_url else ""
+    (tmp_path / "env.yaml").write_text(
+        f"name: judged\nserver: {{command: {sys.executable}, args: [{EXAMPLE / 'server.py'}], "
+        f"cwd: {EXAMPLE}}}\ntasks: tasks.jsonl\n{judge}",
+        encoding="utf-8",
+    )
+    return McpEnvironment.from_ref(f"mcp:{tmp_path / 'env.yaml'}")
+
+
+async def _play_wifi(env: McpEnvironment) -> Any:
+    episode = await start(env, env.tasks()[0], 0)
+    try:
+        await advance(episode, _call("read_note", json.dumps({"note_id": 3})))
+        await advance(episode, Message(role="assistant", content="It is cobalt-42."))
+        return await grade(episode)
+    finally:
+        await close(episode)
+
+
+async def test_a_judge_check_is_graded_by_the_configured_model(tmp_path: Path) -> None:
+    fake = FakeJudge(script('{"passed": true, "reason": "the reply gives the password"}'))
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        score = await _play_wifi(_judged_env(tmp_path, f"http://127.0.0.1:{server.port}/v1"))
+    finally:
+        await server.close()
+    assert score.success and score.reward == 1.0
+    assert score.breakdown["1:judge"] == 2.0
+    assert any("the reply gives the password" in n for n in score.notes)
+    [asked] = fake.requests
+    shown = asked["messages"][1]["content"]
+    assert asked["model"] == "grader" and "wifi password" in shown
+    assert "read_note" in shown and "cobalt-42" in shown and "Criterion:" in shown
+
+
+async def test_a_judge_that_never_answers_usably_fails_the_scoring_quoting_it(
+    tmp_path: Path,
+) -> None:
+    fake = FakeJudge(script("I think it passed", '{"verdict": "yes"}', "sure"))
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        with pytest.raises(JudgeCheckError, match="sure"):
+            await _play_wifi(_judged_env(tmp_path, f"http://127.0.0.1:{server.port}/v1"))
+    finally:
+        await server.close()
+    assert len(fake.requests) == 3
+
+
+def test_a_judge_check_without_a_judge_is_refused_when_the_environment_loads(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(McpSpecError, match="names no judge"):
+        _judged_env(tmp_path, None)

@@ -13,8 +13,11 @@ pytest.importorskip("torch", reason="model tests need the train extra")
 
 from services.contrast.judge import JudgeConfig, JudgeProposer
 from services.contrast.labels import Capability
+from shared.envs.mcptools.judge import Verdict, judged
+from shared.envs.mcptools.spec import JudgeSpec
 from shared.envs.runner import run_episode
 from shared.envs.synthetic import SyntheticEnvironment, family_spec
+from shared.envs.tools import CallRecord
 from shared.llm.client import LLMClient
 from shared.messages import Sampling
 from shared.serving.packaged import QWEN_CODER
@@ -89,3 +92,17 @@ async def test_qwen_as_the_judge_names_capabilities_from_planted_trajectories(
         assert isinstance(capability, Capability)
         assert capability.name.replace("_", "").isalnum() and capability.name.islower()
         assert len(capability.definition.split()) >= 3, capability
+
+
+async def test_qwen_as_the_judge_of_an_mcp_check(qwen: LLMClient) -> None:
+    """The MCP `judge` check against the real counterpart of its fake: the default model
+    behind serve-model gives a verdict the check reads (JSON asked for, validated)."""
+    spec = JudgeSpec(model=ALIAS, url=qwen.base_url, max_tokens=96)
+    verdict = await judged(
+        spec,
+        "The reply tells the user the wifi password.",
+        "What's the wifi password? It's somewhere in my notes.",
+        [CallRecord("read_note", {"note_id": 3}, True, None, '{"body": "wifi: cobalt-42"}')],
+        "The wifi password is cobalt-42.",
+    )
+    assert isinstance(verdict, Verdict) and isinstance(verdict.passed, bool)

@@ -18,8 +18,9 @@ from mcp import StdioServerParameters
 from mcp import types as mcp_types
 
 from shared.envs.kit.tasks import read_tasks
+from shared.envs.mcptools.judge import judged
 from shared.envs.mcptools.session import McpSession, Server
-from shared.envs.mcptools.spec import Check, McpEnvSpec, checks, load_spec
+from shared.envs.mcptools.spec import Check, McpEnvSpec, McpSpecError, checks, load_spec
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
 from shared.envs.tools import CallRecord
 from shared.errors import PermanentError
@@ -38,7 +39,12 @@ class McpEnvironment:
         self.server: Server = server if server is not None else _server(spec, base)
         self._tasks = read_tasks(base / spec.tasks)
         for task in self._tasks:
-            checks(task)  # every task's checks parse now, not in the middle of a rollout
+            parsed = checks(task)  # every task's checks parse now, not in a rollout
+            if spec.judge is None and any(c.kind == "judge" for c in parsed):
+                raise McpSpecError(
+                    f"MCP environment {name}: task {task.id!r} has a 'judge' check, and the "
+                    "environment file names no judge (add `judge: {model: <model name>}`)"
+                )
 
     @classmethod
     def from_ref(cls, ref: str) -> McpEnvironment:
@@ -129,7 +135,19 @@ class McpEpisode:
         notes: list[str] = []
         total = passed = 0.0
         for index, check in enumerate(checks(self.task)):
-            ok = _passed(check, self.calls, self.last_reply)
+            if check.kind == "judge":
+                assert self.env.spec.judge is not None  # refused when the environment loads
+                verdict = await judged(
+                    self.env.spec.judge,
+                    check.text or "",
+                    str(self.task.data.get("prompt", "")),
+                    self.calls,
+                    self.last_reply,
+                )
+                ok = verdict.passed
+                notes.append(f"judge on {check.text!r}: {verdict.reason}")
+            else:
+                ok = _passed(check, self.calls, self.last_reply)
             total += check.weight
             passed += check.weight if ok else 0.0
             label = f"{index}:{check.kind}" + (f":{check.tool}" if check.tool else "")

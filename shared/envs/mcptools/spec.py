@@ -14,14 +14,18 @@ A task row: `id`, `split`, `prompt`, optional `replies`, and `checks`, each one 
   {kind: not_called, tool}                    the tool was never called
   {kind: result_contains, tool, text}         a successful result of the tool contains the text
   {kind: reply_contains, text}                the final reply contains the text (case-insensitive)
+  {kind: judge, text}                         a model judges the episode against the criterion
 with an optional `weight` (default 1). The reward is the weighted share of checks passed;
-success is all of them.
+success is all of them. `judge` checks need the file's `judge` block:
+
+    judge:
+      model: qwen2.5-coder-0.5b   # a model on RETRACE_MODEL_URL, or on `url:` when given
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -30,7 +34,7 @@ from shared.envs.kit.tasks import read_tasks
 from shared.envs.protocol import TaskSpec
 from shared.errors import PermanentError
 
-CheckKind = Literal["called", "not_called", "result_contains", "reply_contains"]
+CheckKind = Literal["called", "not_called", "result_contains", "reply_contains", "judge"]
 
 
 class McpSpecError(PermanentError):
@@ -47,6 +51,18 @@ class ServerSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     """A streamable-HTTP server (`.../mcp`) instead of a command."""
 
 
+class JudgeSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The model that grades `judge` checks (shared/envs/mcptools/judge.py)."""
+
+    model: str
+    url: str | None = None
+    """An OpenAI-compatible endpoint; default: the services' own (`RETRACE_MODEL_URL`)."""
+    temperature: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    max_tokens: Annotated[int, msgspec.Meta(ge=16)] = 256
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    max_transcript_chars: Annotated[int, msgspec.Meta(ge=1000)] = 6000
+
+
 class McpEnvSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     name: str
     server: ServerSpec
@@ -55,6 +71,8 @@ class McpEnvSpec(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     call_timeout_s: float = 60.0
     result_chars: int = 4000
     """A tool result longer than this reaches the agent cut, with a note."""
+    judge: JudgeSpec | None = None
+    """Grades the tasks' `judge` checks; required when any task has one."""
 
 
 class Check(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -98,6 +116,10 @@ def checks(task: TaskSpec) -> list[Check]:
     except msgspec.ValidationError as exc:
         raise McpSpecError(f"task {task.id!r}: bad checks: {exc}") from None
     for check in parsed:
+        if check.kind == "judge":
+            if not (check.text or "").strip():
+                raise McpSpecError(f"task {task.id!r}: a 'judge' check needs its criterion text")
+            continue
         if check.kind != "reply_contains" and not check.tool:
             raise McpSpecError(f"task {task.id!r}: a {check.kind!r} check names its tool")
         if check.kind in ("reply_contains", "result_contains") and not check.text:
