@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,25 +95,7 @@ def test_improve_follows_a_cycle_to_its_end(env: dict[str, str], tmp_path: Path)
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
         with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25000):
-            made = cli(env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox")
-            assert made.returncode == 0, made.stderr
-            result = cli(
-                env,
-                "improve",
-                "bot",
-                "--diagnose-tasks",
-                "12",
-                "--diagnose-trials",
-                "1",
-                "--eval-tasks",
-                "8",
-                "--eval-trials",
-                "1",
-                "--wait",
-                "200",
-                timeout=260,
-            )
-            assert result.returncode == 0, result.stdout + result.stderr
+            result = _improve(env, "bot", "toolbox")
             reason = "nothing to promote: no capability got a calibrated environment"
             assert reason in " ".join(result.stdout.split()), result.stdout
             shown = cli(env, "report", "bot", "--out", str(tmp_path / "report"))
@@ -141,13 +124,7 @@ def test_improve_on_a_plugin_environment(env: dict[str, str], tmp_path: Path) ->
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
         with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25200):
-            made = cli(env, "agent", "create", "desk", "--model", "oracle", "--env", "hotel-desk")
-            assert made.returncode == 0, made.stderr
-            result = cli(
-                env, "improve", "desk", "--diagnose-tasks", "12", "--diagnose-trials", "1",
-                "--eval-tasks", "8", "--eval-trials", "1", "--wait", "200", timeout=260,
-            )  # fmt: skip
-            assert result.returncode == 0, result.stdout + result.stderr
+            result = _improve(env, "desk", "hotel-desk")
             reason = "nothing to promote: no capability got a calibrated environment"
             assert reason in " ".join(result.stdout.split()), result.stdout
             shown = cli(env, "capabilities", "desk", "--json", str(tmp_path / "caps.json"))
@@ -156,3 +133,16 @@ def test_improve_on_a_plugin_environment(env: dict[str, str], tmp_path: Path) ->
             assert "use_tools_when_needed" in kept, kept
             said = " ".join(result.stdout.split())
             assert "use_tools_when_needed: calibration failed" in said and "too hard" in said, said
+
+
+def _improve(env: dict[str, str], agent: str, environment: str) -> Any:  # noqa: F811
+    """`retrace improve` for a new oracle agent on `environment`, with the tests' small
+    budgets; it must exit 0."""
+    made = cli(env, "agent", "create", agent, "--model", "oracle", "--env", environment)
+    assert made.returncode == 0, made.stderr
+    result = cli(
+        env, "improve", agent, "--diagnose-tasks", "12", "--diagnose-trials", "1",
+        "--eval-tasks", "8", "--eval-trials", "1", "--wait", "200", timeout=260,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result

@@ -1,6 +1,8 @@
 """Synthesize + rollout for an agent on a plug-in target (examples/hotel_desk): the capability
 gets a derived environment (the target's own tasks in new seeded worlds, graded with the
-capability's check), calibrated through the real rollout service like any other."""
+capability's check), calibrated through the real rollout service like any other; and the same
+hotel behind the HTTP protocol, whose derived environment replays snapshots with simulated
+tools."""
 
 from __future__ import annotations
 
@@ -34,13 +36,17 @@ def _fields(cfg: ServiceConfig) -> dict[str, object]:
     return {f: getattr(cfg, f) for f in cfg.__struct_fields__}
 
 
-async def test_a_plugin_target_gets_a_derived_environment(
-    service_cfg: ServiceConfig, store: Store
+async def _synthesized(
+    service_cfg: ServiceConfig, store: Store, target: str, max_regenerations: int
 ) -> None:
+    """Agent `desk` on `target` with `valid_tool_arguments` identified: the rollout and
+    synthesize services run until its environment is ready or failed. The model is the
+    oracle: it plays each request's reference, found in the target's world 0 (in other
+    worlds it may book the wrong room or miss a reservation), and half its samples refuse."""
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
-        agent = await create_agent(session, "desk", model="oracle", environment="hotel-desk")
+        agent = await create_agent(session, "desk", model="oracle", environment=target)
         capability = Capability(
             agent_id=agent.id,
             name="valid_tool_arguments",
@@ -50,8 +56,6 @@ async def test_a_plugin_target_gets_a_derived_environment(
         session.add(capability)
         await session.flush()
         agent_id, capability_id = agent.id, capability.id
-    # the oracle plays each request's reference, found in the target's world 0: in the other
-    # worlds it may book the wrong room or miss a reservation, and half its samples refuse
     oracle = TestServer(OracleLLM(HotelDesk(), fail_rate=0.5).app())
     await oracle.start_server()
     url = f"http://127.0.0.1:{oracle.port}/v1"
@@ -59,7 +63,7 @@ async def test_a_plugin_target_gets_a_derived_environment(
         build_rollout(RolloutConfig(**{**_fields(service_cfg), "model": ModelConfig(url=url)})),  # type: ignore[arg-type]
         build_synthesize(
             SynthesizeConfig(
-                calibration_tasks=8, calibration_samples=4, max_regenerations=1,  # type: ignore[arg-type]
+                calibration_tasks=8, calibration_samples=4, max_regenerations=max_regenerations,  # type: ignore[arg-type]
                 **_fields(service_cfg),
             )
         ),
@@ -87,6 +91,12 @@ async def test_a_plugin_target_gets_a_derived_environment(
     await asyncio.gather(*runs)
     await bus.close()
     await oracle.close()
+
+
+async def test_a_plugin_target_gets_a_derived_environment(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    await _synthesized(service_cfg, store, "hotel-desk", max_regenerations=1)
     async with store.tenant("acme") as session:
         rows = list(
             await session.scalars(
@@ -130,56 +140,10 @@ async def test_an_http_target_gets_a_derived_environment_with_simulated_tools(
     server = TestServer(environment_app(desk))
     await server.start_server()
     target = f"http://127.0.0.1:{server.port}"
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    async with store.tenant("acme") as session:
-        agent = await create_agent(session, "desk", model="oracle", environment=target)
-        capability = Capability(
-            agent_id=agent.id,
-            name="valid_tool_arguments",
-            definition="Tool calls carry schema-valid arguments.",
-            status="identified",
-        )
-        session.add(capability)
-        await session.flush()
-        agent_id, capability_id = agent.id, capability.id
-    # the oracle plays each request's reference, or (half its samples) refuses without a call
-    oracle = TestServer(OracleLLM(HotelDesk(), fail_rate=0.5).app())
-    await oracle.start_server()
-    url = f"http://127.0.0.1:{oracle.port}/v1"
-    services = [
-        build_rollout(RolloutConfig(**{**_fields(service_cfg), "model": ModelConfig(url=url)})),  # type: ignore[arg-type]
-        build_synthesize(
-            SynthesizeConfig(
-                calibration_tasks=8, calibration_samples=4, max_regenerations=0,  # type: ignore[arg-type]
-                **_fields(service_cfg),
-            )
-        ),
-    ]  # fmt: skip
-    runs = [asyncio.create_task(s.run()) for s in services]
-    for s in services:
-        await eventually(lambda s=s: healthy(s))
-    bus = await NatsBus.connect(service_cfg.nats.url or "", service_cfg.nats)
-    await bus.publish(
-        "acme",
-        CapabilitiesIdentified(agent_id=agent_id, capability_ids=[capability_id]),
-        msg_id=f"caps-{uuid.uuid4()}",
-    )
-
-    async def settled() -> bool:
-        async with store.tenant("acme") as session:
-            rows = list(
-                await session.scalars(select(Environment).where(Environment.kind == "synthetic"))
-            )
-        return any(r.status in ("ready", "failed") for r in rows)
-
-    await eventually(settled, within=180)
-    for s in services:
-        s.stop()
-    await asyncio.gather(*runs)
-    await bus.close()
-    await oracle.close()
-    await server.close()
+    try:
+        await _synthesized(service_cfg, store, target, max_regenerations=0)
+    finally:
+        await server.close()
     async with store.tenant("acme") as session:
         [row] = list(await session.scalars(select(Environment)))
         trajectories = list(
