@@ -5,6 +5,8 @@ fail half the tasks by answering without tools."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,28 +85,16 @@ def test_improve_follows_a_cycle_to_its_end(env: dict[str, str], tmp_path: Path)
     contrast keeps a capability; it knows no synthetic task, so calibration fails; the cycle
     then measures the base model on the test split and completes rejected with the reason, and
     `retrace report` says so too."""
-    toolbox = get_environment("toolbox")
-    sample = pick_tasks([t for t in toolbox.tasks() if t.split == "train"], 12)
-    failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
-    with serve_in_thread(OracleLLM(toolbox, fail=failing).app()) as model_url:
-        env = {
-            **env,
-            "RETRACE_MODEL_URL": model_url,
-            "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
-            "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
-            "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
-        }
-        with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25000):
-            result = _improve(env, "bot", "toolbox")
-            reason = "nothing to promote: no capability got a calibrated environment"
-            assert reason in " ".join(result.stdout.split()), result.stdout
-            shown = cli(env, "report", "bot", "--out", str(tmp_path / "report"))
-            assert shown.returncode == 0, shown.stderr
-            assert reason in " ".join(shown.stdout.split())
-            markdown = (tmp_path / "report" / "report.md").read_text()
-            assert markdown.startswith("# retrace cycle") and "base" in markdown
-            status = cli(env, "status")
-            assert "completed" in status.stdout, status.stdout
+    with _improved(env, "toolbox", "bot", first_port=25000) as (env, result):
+        reason = "nothing to promote: no capability got a calibrated environment"
+        assert reason in " ".join(result.stdout.split()), result.stdout
+        shown = cli(env, "report", "bot", "--out", str(tmp_path / "report"))
+        assert shown.returncode == 0, shown.stderr
+        assert reason in " ".join(shown.stdout.split())
+        markdown = (tmp_path / "report" / "report.md").read_text()
+        assert markdown.startswith("# retrace cycle") and "base" in markdown
+        status = cli(env, "status")
+        assert "completed" in status.stdout, status.stdout
 
 
 def test_improve_on_a_plugin_environment(env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
@@ -112,37 +102,47 @@ def test_improve_on_a_plugin_environment(env: dict[str, str], tmp_path: Path) ->
     package is diagnosed, its capability gets an environment derived from the hotel's own
     tasks, which the oracle (it fails those very tasks) cannot pass, so the cycle measures the
     base model on the hotel's test split and completes rejected, with the reason."""
-    desk = get_environment("hotel-desk")
-    sample = pick_tasks([t for t in desk.tasks() if t.split == "train"], 12)
+    with _improved(env, "hotel-desk", "desk", first_port=25200) as (env, result):
+        said = " ".join(result.stdout.split())
+        assert "nothing to promote: no capability got a calibrated environment" in said, said
+        shown = cli(env, "capabilities", "desk", "--json", str(tmp_path / "caps.json"))
+        assert shown.returncode == 0, shown.stderr
+        kept = [c["name"] for c in json.loads((tmp_path / "caps.json").read_text())]
+        assert "use_tools_when_needed" in kept, kept
+        assert "use_tools_when_needed: calibration failed" in said and "too hard" in said, said
+
+
+@contextmanager
+def _improved(
+    env: dict[str, str],  # noqa: F811
+    environment: str,
+    agent: str,
+    *,
+    first_port: int,
+) -> Iterator[tuple[dict[str, str], Any]]:
+    """`retrace improve` (the tests' small budgets; it must exit 0) for a new agent on
+    `environment` whose model is the oracle, told to fail half of 12 train tasks by answering
+    without tools; the services stay up, and the environment is yielded, for the block."""
+    target = get_environment(environment)
+    sample = pick_tasks([t for t in target.tasks() if t.split == "train"], 12)
     failing = {t.id for i, t in enumerate(sample) if i % 2 == 0}
-    with serve_in_thread(OracleLLM(desk, fail=failing).app()) as model_url:
+    with serve_in_thread(OracleLLM(target, fail=failing).app()) as model_url:
         env = {
             **env,
             "RETRACE_MODEL_URL": model_url,
+            # a tiny calibration: the oracle passes no synthetic task, so it is rejected at once
             "RETRACE_SYNTHESIZE_CALIBRATION_TASKS": "4",
             "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
-        with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=25200):
-            result = _improve(env, "desk", "hotel-desk")
-            reason = "nothing to promote: no capability got a calibrated environment"
-            assert reason in " ".join(result.stdout.split()), result.stdout
-            shown = cli(env, "capabilities", "desk", "--json", str(tmp_path / "caps.json"))
-            assert shown.returncode == 0, shown.stderr
-            kept = [c["name"] for c in json.loads((tmp_path / "caps.json").read_text())]
-            assert "use_tools_when_needed" in kept, kept
-            said = " ".join(result.stdout.split())
-            assert "use_tools_when_needed: calibration failed" in said and "too hard" in said, said
-
-
-def _improve(env: dict[str, str], agent: str, environment: str) -> Any:  # noqa: F811
-    """`retrace improve` for a new oracle agent on `environment`, with the tests' small
-    budgets; it must exit 0."""
-    made = cli(env, "agent", "create", agent, "--model", "oracle", "--env", environment)
-    assert made.returncode == 0, made.stderr
-    result = cli(
-        env, "improve", agent, "--diagnose-tasks", "12", "--diagnose-trials", "1",
-        "--eval-tasks", "8", "--eval-trials", "1", "--wait", "200", timeout=260,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
+        with running_up(
+            env, "rollout", "contrast", "synthesize", "evaluator", first_port=first_port
+        ):
+            made = cli(env, "agent", "create", agent, "--model", "oracle", "--env", environment)
+            assert made.returncode == 0, made.stderr
+            result = cli(
+                env, "improve", agent, "--diagnose-tasks", "12", "--diagnose-trials", "1",
+                "--eval-tasks", "8", "--eval-trials", "1", "--wait", "200", timeout=260,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stdout + result.stderr
+            yield env, result
