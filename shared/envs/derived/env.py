@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.envs.derived.checks import CHECKS
-from shared.envs.derived.simulated import SimulatedEpisode
+from shared.envs.derived.simulated import SimulatedEpisode, is_remote
 from shared.envs.derived.spec import DerivedSpec
 from shared.envs.protocol import Environment, Episode, Message, Score, StepResult, TaskSpec
 from shared.envs.synthetic.spec import InvalidSpecError
@@ -31,7 +31,7 @@ class DerivedEnvironment:
             return
         if target is None:
             raise InvalidSpecError(f"derived spec {spec.name!r}: its target is needed to replay")
-        if getattr(target, "areset", None) is not None:
+        if is_remote(target):
             raise InvalidSpecError(
                 f"derived spec {spec.name!r}: target {spec.target!r} starts its episodes "
                 "asynchronously (HTTP, MCP): its tasks are replayed from snapshots with "
@@ -97,15 +97,12 @@ class DerivedEnvironment:
         return list(self._tasks)
 
     def reset(self, task: TaskSpec, seed: int) -> DerivedEpisode | SimulatedEpisode:
+        world = int(task.data["world"]) * WORLD_STRIDE + seed % WORLD_STRIDE
         if self.target is None:
-            world = int(task.data["world"]) * WORLD_STRIDE + seed % WORLD_STRIDE
             return SimulatedEpisode(
                 self.spec, task, self._openings[task.data["target_task"]], world
             )
-        inner = self.target.reset(
-            self._targets[task.data["target_task"]],
-            int(task.data["world"]) * WORLD_STRIDE + seed % WORLD_STRIDE,
-        )
+        inner = self.target.reset(self._targets[task.data["target_task"]], world)
         return DerivedEpisode(self.spec, inner, str(task.data.get("hint", "")))
 
 
