@@ -1,7 +1,9 @@
 """Behavioural features of one trajectory: deterministic, and blind to which environment it is.
 
-Features read two things every environment records the same way: the conversation
-(`TrajectoryView.messages`) and the environment's call records (`TrajectoryView.calls`).
+Features read two things every environment records the same way: the conversation from the
+agent's first turn on (`TrajectoryView.agent_part`: a worked example in the episode's opening
+is the environment's, not the agent's) and the environment's call records
+(`TrajectoryView.calls`).
 
 - A call's outcome is read from the error texts of `shared.envs.tools.ToolBox`, which every
   environment runs its tools through: `unknown tool ...`, `arguments are not valid JSON ...` /
@@ -122,7 +124,7 @@ class Features:
 
 def extract(trajectory: TrajectoryView) -> Features:
     """The features of one trajectory (pure: the same trajectory gives the same features)."""
-    messages = trajectory.messages
+    messages = trajectory.agent_part
     calls = trajectory.calls
     outcomes = [outcome(c) for c in calls]
     assistant = [i for i, m in enumerate(messages) if m.role == "assistant"]
@@ -159,7 +161,7 @@ def extract(trajectory: TrajectoryView) -> Features:
 def _before_first_side_effect(trajectory: TrajectoryView) -> tuple[bool, bool, bool]:
     """(asked a question, made a read-only call, a side effect was attempted at all)."""
     asked = looked_up = False
-    for message in trajectory.messages:
+    for message in trajectory.agent_part:
         if message.is_text_to_user and "?" in (message.content or ""):
             asked = True
         names = [c.name for c in message.tool_calls]

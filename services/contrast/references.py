@@ -119,7 +119,7 @@ def _view(task: TaskSpec, result: EpisodeResult | None) -> TrajectoryView | None
             success=True,
             reward=result.score.reward,
             messages=result.messages,
-            reward_breakdown={"calls": result.calls, "error": None},
+            reward_breakdown={"calls": result.calls, "error": None, "opening": result.opening},
         )
     except MalformedTrajectoryError as exc:
         log.warning("reference left out", task=task.id, error=str(exc))

@@ -83,6 +83,14 @@ class TrajectoryView:
     calls: tuple[CallView, ...]
     error: str | None = None
     """Why the episode stopped early (a failed model call, a broken environment), if it did."""
+    opening: int = 0
+    """Leading messages the environment wrote, not the agent: the system turn and the
+    episode's first messages, which may hold a worked example with its own tool calls."""
+
+    @property
+    def agent_part(self) -> tuple[MessageView, ...]:
+        """The conversation from the agent's first turn on: what its features are read from."""
+        return self.messages[self.opening :]
 
     @classmethod
     def from_stored(
@@ -118,6 +126,16 @@ class TrajectoryView:
                 f"{where}: reward_breakdown.calls must be a list of call records, got {calls!r}"
             )
         error = reward_breakdown.get("error")
+        opening = reward_breakdown.get("opening", 0)
+        if (
+            isinstance(opening, bool)
+            or not isinstance(opening, int)
+            or not 0 <= opening <= len(messages)
+        ):
+            raise MalformedTrajectoryError(
+                f"{where}: reward_breakdown.opening must be a count of leading messages between "
+                f"0 and {len(messages)}, got {opening!r}"
+            )
         return cls(
             id=tid,
             task_id=_ident(task_id, "task_id", where),
@@ -129,6 +147,7 @@ class TrajectoryView:
                 _call(c, f"{where}: reward_breakdown.calls[{i}]") for i, c in enumerate(calls)
             ),
             error=_optional_text(error, "reward_breakdown.error", where),
+            opening=opening,
         )
 
 

@@ -183,6 +183,7 @@ class RolloutHandlers:
             "turns": result.turns,
             "error": result.error,
             "calls": result.calls,
+            "opening": result.opening,
             "purpose": msg.purpose,
         }
         if result.env_error:

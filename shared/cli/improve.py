@@ -335,6 +335,14 @@ async def _curves(
     "--max-tokens", type=int, default=256, show_default=True, help="Per model turn, in rollouts."
 )
 @click.option(
+    "--temperature",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Sampling temperature of the diagnosis and evaluation rollouts (set the train and "
+    "synthesize services' RETRACE_*_TEMPERATURE to match).",
+)
+@click.option(
     "--max-capabilities",
     type=int,
     default=None,
@@ -373,6 +381,7 @@ def improve(
     eval_adapters: str,
     budget: int | None,
     max_tokens: int,
+    temperature: float,
     max_capabilities: int | None,
     spare_capabilities: int,
     route_tasks: int,
@@ -388,6 +397,7 @@ def improve(
         "eval_adapters": eval_adapters,
         "rollout_budget": budget,
         "max_tokens": max_tokens,
+        "temperature": temperature,
         "max_capabilities": max_capabilities,
         "spare_capabilities": spare_capabilities,
         "route_tasks": route_tasks,

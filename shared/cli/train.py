@@ -175,10 +175,11 @@ def train(agent_name: str, tenant: str, budget: int | None, wait_s: float) -> No
 @click.argument("agent_name")
 @click.option("--tenant", default="default", envvar="RETRACE_TENANT", show_default=True)
 def adapters(agent_name: str, tenant: str) -> None:
-    """The agent's trained adapters: capability, status, training curve, where they are."""
+    """The agent's trained adapters: capability, status, whether the router serves it
+    (production: promoted by a cycle), training curve, where they are."""
     cfg = load_settings()
 
-    async def run() -> list[tuple[Adapter, str]]:
+    async def run() -> tuple[list[tuple[Adapter, str]], set[str]]:
         async with open_store(cfg) as store, store.tenant(tenant) as session:
             agent = await get_agent(session, agent_name)
             out = []
@@ -187,17 +188,17 @@ def adapters(agent_name: str, tenant: str) -> None:
             ):
                 cap = await session.get(Capability, a.capability_id) if a.capability_id else None
                 out.append((a, cap.name if cap else "-"))
-            return out
+            return out, {str(i) for i in agent.production_adapters or []}
 
     try:
-        rows = asyncio.run(run())
+        rows, production = asyncio.run(run())
     except PermanentError as exc:
         raise click.ClickException(str(exc)) from exc
     if not rows:
         console.print(f"no adapters for {agent_name!r} yet: run `retrace train`")
         return
     table = Table(title=f"adapters of {agent_name}")
-    for col in ("adapter", "capability", "status", "mean reward", "rollouts", "path"):
+    for col in ("adapter", "capability", "status", "production", "mean reward", "rollouts", "path"):
         table.add_column(col)
     for a, cap in rows:
         curve = a.training_curve or []
@@ -205,6 +206,7 @@ def adapters(agent_name: str, tenant: str) -> None:
             a.name,
             cap,
             a.status,
+            "yes" if str(a.id) in production else "no",
             _curve_text(curve),
             str(curve[-1]["rollouts"] if curve else 0),
             a.artifact_uri,

@@ -52,6 +52,7 @@ def replay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeResult | N
         Message(role="system", content=episode.system_prompt),
         *episode.messages,
     ]
+    opening = len(history)
     started = time.perf_counter()
     turns = 0
     for message in reference:
@@ -67,6 +68,7 @@ def replay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeResult | N
         latency_ms=(time.perf_counter() - started) * 1000,
         turns=turns,
         calls=call_records(episode),
+        opening=opening,
     )
 
 
@@ -82,6 +84,7 @@ async def areplay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeRes
             Message(role="system", content=episode.system_prompt),
             *episode.messages,
         ]
+        opening = len(history)
         started = time.perf_counter()
         turns = 0
         for message in reference:
@@ -97,6 +100,7 @@ async def areplay(env: Environment, task: TaskSpec, seed: int = 0) -> EpisodeRes
             latency_ms=(time.perf_counter() - started) * 1000,
             turns=turns,
             calls=call_records(episode),
+            opening=opening,
         )
     finally:
         await close(episode)

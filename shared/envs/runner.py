@@ -53,6 +53,9 @@ class EpisodeResult:
     """Each tool call: name, arguments, ok, error."""
     env_error: bool = False
     """The environment failed: `score` is a placeholder, never a grade of the agent."""
+    opening: int = 0
+    """Leading `messages` the environment wrote (the system turn and the episode's first
+    messages); the agent's own turns start after them."""
 
 
 def ungraded(reason: str) -> Score:
@@ -98,6 +101,7 @@ async def run_episode(
             system = with_guidance(system, hint_of(episode))
         history: list[Message] = [Message(role="system", content=system), *episode.messages]
         record: list[dict[str, Any]] = [msgspec.to_builtins(m) for m in history]
+        opening = len(record)
         started = time.perf_counter()
         tokens = turns = 0
         error: str | None = None
@@ -177,6 +181,7 @@ async def run_episode(
             model_error,
             call_records(episode),
             env_error,
+            opening,
         )
     finally:
         await _release(episode, task)

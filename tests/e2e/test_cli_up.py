@@ -224,10 +224,14 @@ def _post(url: str, body: dict[str, object], key: str | None) -> tuple[int, dict
 
 
 @contextmanager
-def running_up(env: dict[str, str], *only: str, first_port: int) -> Iterator[subprocess.Popen[str]]:
-    """`retrace up --only ...` on free ports, healthy before the body runs, stopped after."""
+def running_up(
+    env: dict[str, str], *only: str, first_port: int, model: str | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """`retrace up --only ...` on free ports (and `--model` when given), healthy before the
+    body runs, stopped after."""
     offset = next(o for o in range(first_port, 45_000, 37) if _ports_free(o))
     flags = [arg for name in only for arg in ("--only", name)]
+    flags += ["--model", model] if model else []
     up = subprocess.Popen(
         [*RETRACE, "up", *flags, "--port-offset", str(offset)],
         env=env,

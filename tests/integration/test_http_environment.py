@@ -174,6 +174,11 @@ async def test_the_rollout_service_runs_an_http_environment(
             await session.scalars(select(Trajectory).where(Trajectory.request_id == request_id))
         )
     assert len(rows) == len(chosen) and all(r.success for r in rows)
+    # the environment's opening is marked: the agent's own turns start right after it
+    for row in rows:
+        opening = row.reward_breakdown["opening"]
+        assert [m["role"] for m in row.messages[:opening]] == ["system", "user"]
+        assert row.messages[opening]["role"] == "assistant"
     service.stop()
     assert await run == 0
     await bus.close()

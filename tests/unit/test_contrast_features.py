@@ -87,6 +87,9 @@ _DELETE = object()
         (["reward_breakdown", "calls", 0, "ok"], "yes", "calls[0].ok must be true or false"),
         (["reward_breakdown", "calls", 0, "arguments"], [1], "calls[0].arguments must be"),
         (["reward_breakdown", "error"], 7, "reward_breakdown.error must be a string"),
+        (["reward_breakdown", "opening"], 6, "reward_breakdown.opening must be a count"),
+        (["reward_breakdown", "opening"], -1, "reward_breakdown.opening must be a count"),
+        (["reward_breakdown", "opening"], True, "reward_breakdown.opening must be a count"),
     ],
 )
 def test_malformed_trajectories_raise_a_value_error_saying_where(
@@ -329,7 +332,12 @@ def replay(env_name: str, task: TaskSpec) -> TrajectoryView:
         success=score.success,
         reward=score.reward,
         messages=result.messages,
-        reward_breakdown={"checks": score.breakdown, "notes": score.notes, "calls": result.calls},
+        reward_breakdown={
+            "checks": score.breakdown,
+            "notes": score.notes,
+            "calls": result.calls,
+            "opening": result.opening,
+        },
     )
 
 
@@ -386,3 +394,21 @@ def test_a_refusal_the_agent_rightly_explains_still_counts_as_unrecovered() -> N
     assert (f.tool_errors, f.unrecovered_failures, f.reported_after_tools) == (1, 1, True)
     recover = next(c for c in CATALOGUE if c.name == "recover_from_tool_errors")
     assert RuleLabeller().label(recover, view, 0) == "LACKING"
+
+
+def test_a_worked_example_in_the_opening_is_not_the_agents() -> None:
+    """An environment may open with an example exchange, tool call included (the codebook
+    target of the promotion e2e test does): before `opening` was read, every trajectory
+    counted that call as the agent's, and no trajectory ever lacked `use_tools_when_needed`."""
+    script = Script().call("get_item", {"id": 0}).say("Item 0 is red.").user("And item 1?")
+    script.calls.clear()  # the example's call never reached the episode's tools
+    opening = len(script.messages)
+    script.say("Item 1 is green, I think.")
+    stored = script.stored("f", False)
+    stored["reward_breakdown"]["opening"] = opening
+    f = extract(TrajectoryView.from_stored(**stored))
+    assert f.no_tool_calls and f.assistant_turns == 1 and f.reported_after_tools is None
+    use_tools = next(c for c in CATALOGUE if c.name == "use_tools_when_needed")
+    assert RuleLabeller().label(use_tools, TrajectoryView.from_stored(**stored), 0) == "LACKING"
+    del stored["reward_breakdown"]["opening"]  # a row stored before the field: all the agent's
+    assert not extract(TrajectoryView.from_stored(**stored)).no_tool_calls
