@@ -35,8 +35,11 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
-    """Answered turns kept in memory while the store refuses them, recorded once it is back
-    (over this, the oldest wait and new ones are logged as lost)."""
+    """Answered turns waiting to be written (each is written after its reply is sent; while
+    the store refuses them they wait, oldest first); over this, new ones are logged as lost."""
+    recent_conversations: Annotated[int, msgspec.Meta(ge=0)] = 100_000
+    """Conversations kept in memory (the most recently answered), so their next turn needs
+    no store read; 0: look every continued conversation up in the store."""
     cache_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0
     """How long API keys, agents and adapters read from the store are kept in memory at
     most. A change to one (revoked, promoted, deleted) drops it at once: Postgres announces

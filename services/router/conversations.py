@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -53,3 +56,94 @@ def prefix_tips(messages: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
         for n in range(len(messages), 0, -1)
         if messages[n - 1].get("role") == "assistant"
     ]
+
+
+@dataclass
+class Known:
+    """A conversation as this router process last answered it."""
+
+    id: uuid.UUID
+    agent_id: uuid.UUID
+    api_key_id: uuid.UUID | None
+    adapter_id: uuid.UUID | None
+    route: dict[str, Any]
+    tip: str
+    """The hash of its history through the last reply ("" before the first)."""
+    turns: int
+
+
+class Recent:
+    """The conversations this process answered last, newest kept (LRU, `size` of them), so
+    that the next turn of one is found without reading the store, and a turn that another
+    turn of its conversation overtook becomes a branch before it is answered.
+
+    Memory answers only when it holds a request's longest candidate tip (or its named
+    conversation at that tip): anything else, such as a turn another router process
+    answered, is looked up in the store as before, and the store's own check at record time
+    still branches a turn whose conversation moved on meanwhile."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._by_id: OrderedDict[uuid.UUID, Known] = OrderedDict()
+        self._by_tip: dict[tuple[uuid.UUID, uuid.UUID | None, str], uuid.UUID] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def find(
+        self,
+        agent_id: uuid.UUID,
+        api_key_id: uuid.UUID | None,
+        named: uuid.UUID | None,
+        longest: str | None,
+    ) -> Known | None:
+        """The conversation a request continues, when memory can tell for sure: the one it
+        names (`named`) or, without a name, the caller's one whose tip is the request's
+        longest candidate; in both cases at that very tip."""
+        if longest is None or self.size == 0:
+            return None
+        if named is not None:
+            found = self._by_id.get(named)
+            if found is None or found.agent_id != agent_id or found.tip != longest:
+                return None
+        else:
+            ident = self._by_tip.get((agent_id, api_key_id, longest))
+            found = self._by_id.get(ident) if ident is not None else None
+        if found is not None:
+            self._by_id.move_to_end(found.id)
+        return found
+
+    def remember(self, known: Known) -> Known:
+        """Keep `known` (replacing what memory had of that conversation)."""
+        if self.size == 0:
+            return known
+        old = self._by_id.pop(known.id, None)
+        if old is not None:
+            self._unindex(old)
+        self._by_id[known.id] = known
+        self._index(known)
+        while len(self._by_id) > self.size:
+            _, evicted = self._by_id.popitem(last=False)
+            self._unindex(evicted)
+        return known
+
+    def answered(self, known: Known, found_tip: str, new_tip: str) -> Known | None:
+        """Move `known` on to `new_tip` after a reply to the turn that found it at
+        `found_tip`; None when another turn of it was answered since (the caller branches)."""
+        if known.tip != found_tip:
+            return None
+        self._unindex(known)
+        known.tip = new_tip
+        known.turns += 1
+        if self._by_id.get(known.id) is known:
+            self._index(known)
+        return known
+
+    def _index(self, known: Known) -> None:
+        if known.tip:
+            self._by_tip[(known.agent_id, known.api_key_id, known.tip)] = known.id
+
+    def _unindex(self, known: Known) -> None:
+        key = (known.agent_id, known.api_key_id, known.tip)
+        if self._by_tip.get(key) == known.id:
+            del self._by_tip[key]

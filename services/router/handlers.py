@@ -11,7 +11,6 @@ as a production trajectory. POST /v1/feedback reports a conversation's outcome. 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import time
@@ -21,17 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import asyncpg
 import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import Counter, Histogram
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from services.router.config import RouterConfig
-from services.router.conversations import prefix_tips, tip
+from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
+from services.router.recorder import STORE_ERRORS, Answered, Opening, Recorder, Turn
 from shared.embeddings import default_embedder
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
@@ -78,15 +76,8 @@ def error(
 
 
 RETRY_AFTER_S = 2
-
-
-STORE_ERRORS = (
-    SQLAlchemyError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
-)
-"""What a store that cannot serve a request raises (a client that hangs up is not one)."""
+FEEDBACK_WAIT_S = 5.0
+"""How long feedback waits for the turns already answered to be written."""
 
 
 @web.middleware
@@ -133,31 +124,6 @@ class AgentView:
         )
 
 
-@dataclass(frozen=True)
-class Opening:
-    """A conversation a request opens: its row is written with the first turn recorded."""
-
-    agent_id: uuid.UUID
-    adapter_id: uuid.UUID | None
-    api_key_id: uuid.UUID | None
-    route: dict[str, Any]
-
-
-@dataclass
-class Turn:
-    """One request's place in its conversation."""
-
-    tenant: str
-    conversation_id: uuid.UUID
-    found_tip: str
-    """The conversation's tip when this request found it ("" for a new one)."""
-    found_turns: int
-    branched: uuid.UUID | None = None
-    """The branch this turn went to, when another turn got there first."""
-    opening: Opening | None = None
-    """Set when this turn opens the conversation (its row does not exist yet)."""
-
-
 class RouterApp:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
@@ -175,13 +141,9 @@ class RouterApp:
         if not self.upstream.endswith("/v1"):
             self.upstream += "/v1"
         self._http: aiohttp.ClientSession | None = None
-        self._unrecorded: collections.deque[tuple[Turn, str, list[dict[str, Any]], int, float]] = (
-            collections.deque()
-        )
-        """Turns answered while the store refused them, waiting to be recorded."""
-        self._retry_wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._retrier: asyncio.Task[None] | None = None
+        self.recorder: Recorder | None = None
+        """Writes answered turns (started with the service, which has the store)."""
+        self.recent = Recent(cfg.recent_conversations)
         self.limits = (
             TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
         )
@@ -228,14 +190,8 @@ class RouterApp:
     async def close(self, _: Service) -> None:
         if self._feed is not None:
             await self._feed.close()
-        if self._retrier is not None:
-            if self._unrecorded:  # one last try, then say what is lost
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._drained.wait(), self.cfg.consumer.shutdown_grace)
-            self._retrier.cancel()
-            await asyncio.gather(self._retrier, return_exceptions=True)
-            if self._unrecorded:
-                log.error("production trajectories lost at shutdown", count=len(self._unrecorded))
+        if self.recorder is not None:  # what was answered is written first, if it can be
+            await self.recorder.close(self.cfg.consumer.shutdown_grace)
         await self.client.close()
         if self._http is not None:
             await self._http.close()
@@ -332,16 +288,20 @@ class RouterApp:
             return error(400, "messages must not be empty")
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
-        # Short transactions, none held across a model or endpoint call: look the agent and
-        # conversation up (and a known conversation's target), unless memory has the agent and
-        # the request opens a conversation; route a new conversation (an embedding or a
-        # classifier request): its row is written with its first turn; then make sure the
-        # endpoint serves the target.
+        # Short transactions, none held across a model or endpoint call, and none at all when
+        # memory knows the agent and the conversation: look the agent and conversation up
+        # (and a known conversation's target); route a new conversation (an embedding or a
+        # classifier request): its row is written with its first turn, after the reply;
+        # then make sure the endpoint serves the target.
         now = time.monotonic()
         agent = self.agents.get((tenant, req.model), now) if self.agents is not None else None
         tips = prefix_tips(messages)
-        conversation = None
-        if agent is None or tips or request.headers.get(CONVERSATION_HEADER):
+        key_id = request.get(API_KEY_ID)
+        named = _conversation_named(request)
+        known = None
+        if agent is not None:
+            known = self.recent.find(agent.id, key_id, named, tips[0][1] if tips else None)
+        if agent is None or (known is None and (tips or named)):
             generation = self._generation()
             async with self.service.store.tenant(tenant) as session:
                 if agent is None:
@@ -354,23 +314,25 @@ class RouterApp:
                     if self.agents is not None:
                         rows = (("agents", str(agent.id)),)
                         self.agents.put((tenant, req.model), agent, rows, generation, now)
-                conversation = await self._find(session, agent, request, tips)
-                if conversation is not None:
-                    target, artifact = await self._served_by(
-                        tenant, agent, conversation.adapter_id, session
-                    )
-        if conversation is None:
+                    known = self.recent.find(agent.id, key_id, named, tips[0][1] if tips else None)
+                if known is None and (tips or named):
+                    row = await self._find(session, agent, key_id, named, tips)
+                    if row is not None:
+                        known = self.recent.remember(_known(row))
+        if known is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             opening = Opening(
                 agent_id=agent.id,
                 adapter_id=decision.adapter.adapter_id if decision.adapter else None,
-                api_key_id=request.get(API_KEY_ID),
+                api_key_id=key_id,
                 route=decision.record(),
             )
-            turn = Turn(tenant, uuid.uuid4(), "", 0, opening=opening)
+            new = Known(uuid.uuid4(), agent.id, key_id, opening.adapter_id, opening.route, "", 0)
+            turn = Turn(tenant, self.recent.remember(new), "", 0, opening=opening)
             target, artifact = await self._served_by(tenant, agent, opening.adapter_id)
         else:
-            turn = Turn(tenant, conversation.id, conversation.tip, conversation.turns)
+            turn = Turn(tenant, known, known.tip, known.turns)
+            target, artifact = await self._served_by(tenant, agent, known.adapter_id)
         if turn.found_turns == 0:
             try:  # an endpoint that restarted has forgotten its adapters: load it again
                 await self.served.ensure(target, artifact)
@@ -388,17 +350,15 @@ class RouterApp:
         self,
         session: Any,
         agent: AgentView,
-        request: web.Request,
+        key_id: uuid.UUID | None,
+        named: uuid.UUID | None,
         tips: Sequence[tuple[int, str]],
     ) -> Conversation | None:
-        """The conversation the request continues: the one its header names, else the one
-        whose tip is the longest prefix of its history (`tips`), among the caller's key's."""
-        given = request.headers.get(CONVERSATION_HEADER)
-        if given:
-            try:
-                found = await session.get(Conversation, uuid.UUID(given))
-            except ValueError:
-                found = None
+        """The conversation the request continues, read from the store: the one it names,
+        else the one whose tip is the longest prefix of its history (`tips`), among the
+        caller's key's."""
+        if named is not None:
+            found = await session.get(Conversation, named)
             if found is not None and found.agent_id == agent.id:
                 return found
         if not tips:
@@ -409,7 +369,7 @@ class RouterApp:
             await session.scalars(
                 select(Conversation).where(
                     Conversation.agent_id == agent.id,
-                    Conversation.api_key_id == request.get(API_KEY_ID),
+                    Conversation.api_key_id == key_id,
                     Conversation.tip.in_([h for _, h in tips]),
                 )
             )
@@ -425,11 +385,9 @@ class RouterApp:
         tenant: str,
         agent: AgentView,
         adapter_id: uuid.UUID | None,
-        session: Any | None = None,
     ) -> tuple[str, str | None]:
         """The model name an adapter is served as, and its artifact: from memory, else read
-        in `session` (or a transaction of `tenant`'s of its own). The base model for none (or
-        one deleted since)."""
+        in a transaction of `tenant`'s. The base model for none (or one deleted since)."""
         if adapter_id is None:
             return agent.model, None
         now = time.monotonic()
@@ -438,11 +396,8 @@ class RouterApp:
             if cached is not None:
                 return cached
         generation = self._generation()
-        if session is None:
-            assert self.service is not None and self.service.store is not None
-            async with self.service.store.tenant(tenant) as own:
-                adapter = await own.get(Adapter, adapter_id)
-        else:
+        assert self.service is not None and self.service.store is not None
+        async with self.service.store.tenant(tenant) as session:
             adapter = await session.get(Adapter, adapter_id)
         if adapter is None:
             return agent.model, None
@@ -519,15 +474,14 @@ class RouterApp:
         except (json.JSONDecodeError, KeyError, IndexError, TypeError):
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
-        await self._record(
+        headers = self._answered(
             turn,
+            headers,
             body["model"],
             [*messages, _assistant(reply)],
             int(usage.get("completion_tokens", 0)),
             (time.perf_counter() - started) * 1000,
         )
-        if turn.branched is not None:  # the conversation this reply belongs to now
-            headers = {**headers, CONVERSATION_HEADER: str(turn.branched)}
         self._count(headers, "ok")
         return web.Response(
             body=payload, status=200, content_type="application/json", headers=headers
@@ -574,13 +528,14 @@ class RouterApp:
             "content": "".join(content) or None,
             "tool_calls": [calls[i] for i in sorted(calls)] or None,
         }
-        await self._record(
+        self._answered(
             turn,
+            headers,
             body["model"],
             [*messages, _assistant(reply)],
             0,
             (time.perf_counter() - started) * 1000,
-        )
+        )  # its headers went with the first chunk: a branch shows on the next reply
         self._count(headers, "ok")
         await out.write_eof()
         return out
@@ -589,56 +544,47 @@ class RouterApp:
         if self.routed is not None:
             self.routed.labels(headers[ADAPTER_HEADER], outcome).inc()
 
-    async def _record(
+    def _answered(
         self,
         turn: Turn,
+        headers: dict[str, str],
         model: str,
         messages: list[dict[str, Any]],
         tokens: int,
         latency_ms: float,
-    ) -> None:
-        """Keep the turn as a production trajectory; a store failure is logged, not turned
-        into an error for a reply that is already generated (or already streaming)."""
-        try:
-            await self._keep_turn(turn, model, messages, tokens, latency_ms)
-        except STORE_ERRORS as exc:
-            # the reply is the caller's already: the turn waits to be recorded, not dropped
-            if len(self._unrecorded) >= self.cfg.unrecorded_limit:
-                log.error(
-                    "production trajectory lost: the store has been down too long",
-                    conversation=str(turn.conversation_id),
-                    waiting=len(self._unrecorded),
+    ) -> dict[str, str]:
+        """The turn's conversation moves on (or, when another turn of it was answered since
+        this one found it, the turn becomes a branch of its own: a new conversation with
+        the same route, so neither overwrites the other); its record is queued. The reply's
+        headers, naming the conversation it belongs to."""
+        new_tip = tip(messages)
+        if self.recent.answered(turn.known, turn.found_tip, new_tip) is None:
+            was = turn.known
+            route = {**was.route, "branch_of": str(was.id)}
+            turn.known = self.recent.remember(
+                Known(
+                    uuid.uuid4(),
+                    was.agent_id,
+                    was.api_key_id,
+                    was.adapter_id,
+                    route,
+                    new_tip,
+                    turn.found_turns + 1,
                 )
-                return
-            self._unrecorded.append((turn, model, messages, tokens, latency_ms))
-            self._drained.clear()
-            self._retry_wake.set()
-            log.warning(
-                "production trajectory not recorded yet; retried",
-                conversation=str(turn.conversation_id),
-                error=repr(exc),
             )
-
-    async def _record_later(self) -> None:
-        """Records the turns the store refused, oldest first, once it takes them again."""
-        delay = 0.5
-        while True:
-            await self._retry_wake.wait()
-            while self._unrecorded:
-                turn, model, messages, tokens, latency_ms = self._unrecorded[0]
-                try:
-                    await self._keep_turn(turn, model, messages, tokens, latency_ms)
-                except STORE_ERRORS:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 10.0)
-                    continue
-                self._unrecorded.popleft()
-                delay = 0.5
-            self._retry_wake.clear()
-            self._drained.set()
+            turn.opening = Opening(
+                was.agent_id, was.adapter_id, was.api_key_id, route, turn.found_turns
+            )
+            turn.found_tip = ""
+            headers = {**headers, CONVERSATION_HEADER: str(turn.known.id)}
+        assert self.recorder is not None
+        self.recorder.submit(Answered(turn, model, messages, new_tip, tokens, latency_ms))
+        return headers
 
     async def start(self, service: Service) -> None:
-        self._retrier = asyncio.create_task(self._record_later(), name="record-later")
+        assert service.store is not None
+        self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit)
+        self.recorder.start()
         if self.cfg.cache_s > 0 and service.store is not None:
             self._feed = ChangeFeed(
                 asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self._changed
@@ -657,79 +603,6 @@ class RouterApp:
             if cache is not None:
                 cache.changed(table, row)
 
-    async def _keep_turn(
-        self,
-        turn: Turn,
-        model: str,
-        messages: list[dict[str, Any]],
-        tokens: int,
-        latency_ms: float,
-    ) -> None:
-        """The conversation's trajectory takes the turn. When another turn of the same
-        conversation was recorded since this request found it (two requests continued one
-        history at once), this turn becomes a branch of its own: a new conversation with the
-        same route, so neither turn overwrites the other."""
-        assert self.service is not None and self.service.store is not None
-        async with self.service.store.tenant(turn.tenant) as session:
-            conversation = await session.get(
-                Conversation, turn.conversation_id, with_for_update=True
-            )
-            if conversation is None:
-                o = turn.opening
-                if o is None or await session.get(Agent, o.agent_id) is None:
-                    return  # deleted since (its agent was)
-                adapter_id = o.adapter_id
-                if adapter_id is not None and await session.get(Adapter, adapter_id) is None:
-                    adapter_id = None  # deleted since it served this turn
-                conversation = Conversation(
-                    id=turn.conversation_id,
-                    agent_id=o.agent_id,
-                    adapter_id=adapter_id,
-                    api_key_id=o.api_key_id,
-                    tip="",
-                    route=o.route,
-                    turns=0,
-                )
-                session.add(conversation)
-                await session.flush()
-            if conversation.tip != turn.found_tip:
-                conversation = Conversation(
-                    agent_id=conversation.agent_id,
-                    adapter_id=conversation.adapter_id,
-                    api_key_id=conversation.api_key_id,
-                    tip="",
-                    route={**conversation.route, "branch_of": str(conversation.id)},
-                    turns=turn.found_turns,
-                )
-                session.add(conversation)
-                await session.flush()
-                turn.branched = conversation.id
-            trajectory = (
-                await session.get(Trajectory, conversation.trajectory_id)
-                if conversation.trajectory_id
-                else None
-            )
-            if trajectory is None:
-                trajectory = Trajectory(
-                    agent_id=conversation.agent_id,
-                    request_id=conversation.id,
-                    adapter_id=conversation.adapter_id,
-                    source="production",
-                    model=model,
-                    messages=messages,
-                    tokens=tokens,
-                    latency_ms=latency_ms,
-                )
-                session.add(trajectory)
-                await session.flush()
-                conversation.trajectory_id = trajectory.id
-            else:
-                trajectory.messages = messages
-                trajectory.tokens += tokens
-                trajectory.latency_ms += latency_ms
-            conversation.tip = tip(messages)
-            conversation.turns += 1
-
     async def feedback(self, request: web.Request) -> web.Response:
         authorized = await self._authorized(request)
         if isinstance(authorized, web.Response):
@@ -744,6 +617,10 @@ class RouterApp:
         if fb.reward is not None and not 0.0 <= fb.reward <= 1.0:
             return error(400, f"reward must be in [0, 1], got {fb.reward}")
         assert self.service is not None and self.service.store is not None
+        if self.recorder is not None:  # the turns answered so far are in the store first
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FEEDBACK_WAIT_S):
+                    await self.recorder.flush()
         async with self.service.store.tenant(tenant) as session:
             conversation = await session.get(Conversation, fb.conversation_id)
             if conversation is None or conversation.trajectory_id is None:
@@ -789,3 +666,20 @@ def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]
         entry["function"]["name"] += function.get("name") or ""
         entry["function"]["arguments"] += function.get("arguments") or ""
         entry["id"] = entry["id"] or call.get("id")
+
+
+def _conversation_named(request: web.Request) -> uuid.UUID | None:
+    """The conversation the request names in its header (None without one, or a bad id)."""
+    given = request.headers.get(CONVERSATION_HEADER)
+    if not given:
+        return None
+    try:
+        return uuid.UUID(given)
+    except ValueError:
+        return None
+
+
+def _known(row: Conversation) -> Known:
+    return Known(
+        row.id, row.agent_id, row.api_key_id, row.adapter_id, dict(row.route), row.tip, row.turns
+    )

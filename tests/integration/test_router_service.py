@@ -219,6 +219,28 @@ async def _chat(
         return r.status, dict(r.headers), payload
 
 
+async def _recorded(store: Store, *conversations: str) -> list[Trajectory]:
+    """The trajectories of `conversations` once the router has written them (it writes a
+    turn after sending its reply)."""
+    found: list[Trajectory] = []
+
+    async def written() -> bool:
+        found.clear()
+        async with store.tenant("acme") as session:
+            for cid in conversations:
+                row = await session.get(Conversation, uuid.UUID(cid))
+                if row is None or row.trajectory_id is None:
+                    return False
+                trajectory = await session.get(Trajectory, row.trajectory_id)
+                if trajectory is None:
+                    return False
+                found.append(trajectory)
+        return True
+
+    await eventually(written)
+    return found
+
+
 async def test_routing_conversations_streaming_and_feedback(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
 ) -> None:
@@ -317,11 +339,7 @@ async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
     async with aiohttp.ClientSession() as http:
         status, headers, payload = await _chat(http, url, key, {"model": "bot", "messages": nul})
     assert status == 200 and payload["choices"][0]["message"]["content"] == "Done."
-    async with store.tenant("acme") as session:
-        conversation = await session.get(Conversation, uuid.UUID(headers["X-Retrace-Conversation"]))
-        assert conversation is not None and conversation.trajectory_id is not None
-        kept = await session.get(Trajectory, conversation.trajectory_id)
-    assert kept is not None
+    [kept] = await _recorded(store, headers["X-Retrace-Conversation"])
     assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
 
 
@@ -415,15 +433,8 @@ async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
     assert [status for status, _, _ in both] == [200, 200]
     landed = {h["X-Retrace-Conversation"] for _, h, _ in both}
     assert len(landed) == 2 and ids[0] in landed
-    async with store.tenant("acme") as session:
-        kept = {}
-        for cid in landed:
-            conversation = await session.get(Conversation, uuid.UUID(cid))
-            assert conversation is not None and conversation.trajectory_id is not None
-            trajectory = await session.get(Trajectory, conversation.trajectory_id)
-            assert trajectory is not None
-            kept[cid] = trajectory.messages[-2]["content"]
-    assert sorted(kept.values()) == ["And Guernica?", "And the Night Watch?"]
+    kept = [t.messages[-2]["content"] for t in await _recorded(store, *landed)]
+    assert sorted(kept) == ["And Guernica?", "And the Night Watch?"]
 
 
 async def test_a_reply_given_while_the_store_is_down_is_recorded_when_it_is_back(
@@ -459,6 +470,65 @@ async def test_a_reply_given_while_the_store_is_down_is_recorded_when_it_is_back
             return conversation is not None and conversation.trajectory_id is not None
 
     await eventually(recorded, within=30)
+
+
+async def test_a_known_conversation_goes_on_without_the_store(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    store: Store,
+    db_cfg: DatabaseConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14: every continued turn looked its conversation up in Postgres and waited for
+    its record before the reply was sent. The router now remembers the conversations it
+    answered: their next turns read nothing from the store and are answered even while the
+    store is down; their records follow once it is back."""
+    from services.router import handlers
+
+    url, key, _, _ = router
+    lookups = collections.Counter[str]()
+    real_find = handlers.RouterApp._find
+
+    async def counted(self: Any, *args: Any) -> Any:
+        lookups["store"] += 1
+        return await real_find(self, *args)
+
+    monkeypatch.setattr(handlers.RouterApp, "_find", counted)
+    history = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    table = f'"{db_cfg.schema}".conversations'
+    async with aiohttp.ClientSession() as http:
+        status, headers, _ = await _chat(http, url, key, {"model": "bot", "messages": history})
+        assert status == 200
+        opened = headers["X-Retrace-Conversation"]
+        await _recorded(store, opened)
+        async with store.cross_tenant() as session:  # the store breaks
+            await session.execute(text(f"ALTER TABLE {table} RENAME TO gone"))
+        try:
+            for n in range(3):
+                history += [
+                    {"role": "assistant", "content": "Done."},
+                    {"role": "user", "content": f"And another one, number {n}."},
+                ]
+                status, headers, payload = await _chat(
+                    http, url, key, {"model": "bot", "messages": history}
+                )
+                assert status == 200, payload
+                assert headers["X-Retrace-Conversation"] == opened
+                assert headers["X-Retrace-Adapter"] == "bot--set_alarms--v1"
+        finally:
+            async with store.cross_tenant() as session:
+                await session.execute(
+                    text(f'ALTER TABLE "{db_cfg.schema}".gone RENAME TO conversations')
+                )
+    assert lookups["store"] == 0  # the opening had nothing to look up, the rest were known
+
+    async def all_recorded() -> bool:
+        async with store.tenant("acme") as session:
+            row = await session.get(Conversation, uuid.UUID(opened))
+            return row is not None and row.turns == 4
+
+    await eventually(all_recorded, within=30)
+    [kept] = await _recorded(store, opened)
+    assert kept.messages[-2]["content"] == "And another one, number 2."
 
 
 async def test_a_revoked_key_is_refused_as_soon_as_postgres_announces_it(
@@ -712,6 +782,7 @@ async def test_a_classifier_that_cannot_answer_routes_to_the_base_model(
         status, headers, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
     assert status == 200, payload
     assert headers["X-Retrace-Adapter"] == "smollm2" and upstream.models == ["smollm2"]
+    await _recorded(store, headers["X-Retrace-Conversation"])
     async with store.tenant("acme") as session:
         [conversation] = list(await session.scalars(select(Conversation)))
     assert conversation.route["mode"].endswith(":unavailable")
@@ -738,6 +809,7 @@ async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
         assert await count() == 0
         status, headers, _ = await _chat(http, url, key, {"model": "bot", "messages": hello})
         assert status == 200
+    await _recorded(store, headers["X-Retrace-Conversation"])
     async with store.tenant("acme") as session:
         [conversation] = list(await session.scalars(select(Conversation)))
     assert str(conversation.id) == headers["X-Retrace-Conversation"]
