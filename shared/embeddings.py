@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -39,7 +40,9 @@ class MiniLM:
     def __init__(self, cache_size: int = 4096) -> None:
         self._model: Any = None
         self._lock = threading.Lock()
-        self._cache: dict[str, list[float]] = {}
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        """Texts seen, least recently used first (callers embed from several threads)."""
+        self._cache_lock = threading.Lock()
         self._cache_size = cache_size
 
     def _load(self) -> Any:
@@ -58,17 +61,26 @@ class MiniLM:
             return self._model
 
     def embed(self, texts: Sequence[str], /) -> list[list[float]]:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        found: dict[str, list[float]] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._cache:
+                    self._cache.move_to_end(text)
+                    found[text] = self._cache[text]
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             model = self._load()
             vectors = model.encode(
                 missing, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
             )
-            if len(self._cache) + len(missing) > self._cache_size:
-                self._cache.clear()
-            for text, vector in zip(missing, vectors, strict=True):
-                self._cache[text] = [float(x) for x in vector]
-        return [self._cache[t] for t in texts]
+            with self._cache_lock:
+                for text, vector in zip(missing, vectors, strict=True):
+                    found[text] = self._cache[text] = [float(x) for x in vector]
+                # the least recently used go first: profile texts asked for on every routing
+                # stay, where clearing everything re-embedded them all at once
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return [found[t] for t in texts]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

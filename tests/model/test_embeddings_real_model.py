@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -28,6 +29,20 @@ def test_vectors_are_unit_length_and_deterministic() -> None:
     assert len(a) == 384
     assert embeddings.cosine(a, a) == pytest.approx(1.0, abs=1e-5)
     assert a == b
+
+
+def test_the_cache_forgets_the_least_recently_used_and_is_safe_across_threads() -> None:
+    """It used to clear itself whole when full (every profile text re-embedded at once), and
+    a thread could clear it between another's insert and read (a KeyError in routing)."""
+    embedder = embeddings.MiniLM(cache_size=4)
+    embedder.embed(["a", "b", "c", "d"])
+    embedder.embed(["a"])
+    embedder.embed(["e"])
+    assert list(embedder._cache) == ["c", "d", "a", "e"]
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda i: embedder.embed([f"text {i}", f"more {i}", "a"]), range(40)))
+    assert all(len(vectors) == 3 for vectors in done) and len(embedder._cache) == 4
+    assert done[0][2] == done[-1][2]  # the same text, the same vector, cached or not
 
 
 def test_the_catalogue_has_no_embedding_duplicates(sim: embeddings.EmbeddingSimilarity) -> None:
