@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -247,7 +248,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--cache-s",
         type=float,
-        default=RouterConfig.cache_s,
+        default=next(
+            f.default for f in msgspec.structs.fields(RouterConfig) if f.name == "cache_s"
+        ),
         help="the router's RETRACE_ROUTER_CACHE_S (0: read the store on every request)",
     )
     parser.add_argument("--duration", type=float, default=20.0)

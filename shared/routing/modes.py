@@ -18,9 +18,9 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from shared.embeddings import Embedder, cosine
+from shared.embeddings import Batched, Embedder, cosine
 from shared.envs.protocol import Message
 from shared.llm.client import LLMClient
 from shared.llm.openai_types import ChatRequest
@@ -67,24 +67,46 @@ class BaseOnly:
         return Decision(None, 1.0, self.name)
 
 
+PROFILE_MATRICES = 256
+"""Profile matrices an embedding router keeps (one per production set it has seen)."""
+
+
 class EmbeddingRouting:
     name = "embedding"
 
     def __init__(self, embedder: Embedder, min_confidence: float) -> None:
         self.embedder = embedder
         self.min_confidence = min_confidence
+        self._batched = Batched(embedder)
+        """CPU work (and the model's first load) off the event loop, concurrent requests'
+        queries embedded together."""
+        self._profiles: dict[tuple[str, ...], Any] = {}
+        """The examples' vectors as one matrix, by the examples (the profiles of an agent's
+        production set change only with it)."""
 
     async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
         if not candidates or not query.strip():
             return Decision(None, 0.0, self.name)
-        texts = [query] + [e for c in candidates for e in c.examples]
-        # CPU work (and the model's first load): off the event loop.
-        vectors = await asyncio.to_thread(self.embedder.embed, texts)
-        q, rest = vectors[0], iter(vectors[1:])
+        import numpy as np  # the embedding model's own dependency (the train extra)
+
+        examples = tuple(e for c in candidates for e in c.examples)
+        matrix = self._profiles.get(examples)
+        if matrix is None:
+            vectors = await self._batched.embed([query, *examples])
+            matrix = np.asarray(vectors[1:], dtype=np.float32).reshape(len(examples), -1)
+            if len(self._profiles) >= PROFILE_MATRICES:
+                self._profiles.clear()
+            self._profiles[examples] = matrix
+            q = vectors[0]
+        else:
+            [q] = await self._batched.embed([query])
+        similarity = matrix @ np.asarray(q, dtype=np.float32)  # unit vectors: the cosines
         scores: dict[str, float] = {}
+        start = 0
         for c in candidates:
-            own = [next(rest) for _ in c.examples]
-            scores[c.name] = max((cosine(q, v) for v in own), default=0.0)
+            own = similarity[start : start + len(c.examples)]
+            scores[c.name] = float(own.max()) if len(own) else 0.0
+            start += len(c.examples)
         best = max(candidates, key=lambda c: scores[c.name])
         confidence = scores[best.name]
         chosen = best if confidence >= self.min_confidence else None

@@ -131,6 +131,57 @@ async def test_low_confidence_and_no_candidates_fall_back_to_the_base_model() ->
     assert (await BaseOnly().decide("set an alarm", [ALARMS])).adapter is None
 
 
+class SlowWords(Words):
+    """`Words`, taking 20 ms a call and counting the calls (a CPU-bound model's stand-in)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        import time
+
+        time.sleep(0.02)
+        self.calls.append(len(texts))
+        if any("explode" in t for t in texts):
+            raise RuntimeError("the model failed")
+        return super().embed(texts)
+
+
+async def test_queries_that_arrive_together_are_embedded_in_one_batch() -> None:
+    """Issue 14: each new conversation embedded its query alone, one after another; now the
+    queries waiting while a batch runs go together, each caller still getting its own."""
+    import asyncio
+
+    from shared.embeddings import Batched
+
+    slow = SlowWords()
+    batched = Batched(slow)
+    queries = [f"set an alarm {'wake ' * i}" for i in range(12)]
+    got = await asyncio.gather(*(batched.embed([q, "text message"]) for q in queries))
+    assert got == [Words().embed([q, "text message"]) for q in queries]
+    assert slow.calls == [24] and batched.batches == 1  # all arrived before it began
+    running = asyncio.ensure_future(batched.embed(["alarm"]))
+    await asyncio.sleep(0.005)  # that batch is on its thread now: these wait for the next
+    later = await asyncio.gather(*(batched.embed([q]) for q in queries[:5]))
+    assert await running == Words().embed(["alarm"]) and len(later) == 5
+    assert slow.calls == [24, 1, 5]
+    # the embedder's error reaches every caller of its batch, and the next batch goes on
+    failed = await asyncio.gather(
+        batched.embed(["explode"]), batched.embed(["alarm"]), return_exceptions=True
+    )
+    assert [type(f) for f in failed] == [RuntimeError, RuntimeError]
+    assert await batched.embed(["wake"]) == Words().embed(["wake"])
+
+
+async def test_the_router_scores_a_production_set_from_its_cached_profile() -> None:
+    slow = SlowWords()
+    router = EmbeddingRouting(slow, min_confidence=0.5)
+    first = await router.decide("Please set an alarm to wake me", [ALARMS, TEXTS])
+    again = await router.decide("send a text message now", [ALARMS, TEXTS])
+    assert first.adapter == ALARMS and again.adapter == TEXTS
+    assert slow.calls == [4, 1]  # the profile's three examples once, then the query alone
+
+
 async def test_classifier_reads_label_logprobs_and_falls_back_when_unsure(serve: Serve) -> None:
     import math
 
