@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.router.conversations import Known
@@ -177,6 +178,8 @@ async def keep(session: Any, answered: Answered) -> None:
     same conversation recorded since this one found it (another router process answered it),
     this turn becomes a branch of its own, a new conversation with the same route, so neither
     turn overwrites the other."""
+    if answered.turn.opening is None and await _moved_on(session, answered):
+        return
     turn = answered.turn
     conversation = await session.get(Conversation, turn.conversation_id, with_for_update=True)
     if conversation is None:
@@ -233,3 +236,36 @@ async def keep(session: Any, answered: Answered) -> None:
         trajectory.latency_ms += answered.latency_ms
     conversation.tip = answered.tip
     conversation.turns += 1
+
+
+async def _moved_on(session: Any, answered: Answered) -> bool:
+    """The common case, a continued turn, in two statements and no object loads: the
+    conversation moves from the tip this turn found to its own (its row locked by the
+    update), and its trajectory takes the history. False, with nothing changed, when the
+    conversation is not at that tip or has no trajectory: `keep` then decides."""
+    turn = answered.turn
+    moved = await session.execute(
+        update(Conversation)
+        .where(
+            Conversation.id == turn.conversation_id,
+            Conversation.tip == turn.found_tip,
+            Conversation.trajectory_id.is_not(None),
+        )
+        .values(tip=answered.tip, turns=Conversation.turns + 1)
+        .returning(Conversation.trajectory_id)
+        .execution_options(synchronize_session=False)
+    )
+    trajectory_id = moved.scalar_one_or_none()
+    if trajectory_id is None:
+        return False
+    await session.execute(
+        update(Trajectory)
+        .where(Trajectory.id == trajectory_id)
+        .values(
+            messages=answered.messages,
+            tokens=Trajectory.tokens + answered.tokens,
+            latency_ms=Trajectory.latency_ms + answered.latency_ms,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return True

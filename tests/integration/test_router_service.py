@@ -341,6 +341,19 @@ async def test_a_nul_in_a_message_is_answered_and_its_turn_kept(
     assert status == 200 and payload["choices"][0]["message"]["content"] == "Done."
     [kept] = await _recorded(store, headers["X-Retrace-Conversation"])
     assert kept.messages[0]["content"] == "Who painted\ufffd the Mona Lisa?"
+    # and in a continued turn, which the recorder writes with an UPDATE of its own
+    more = [*nul, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "a\x00b"}]
+    async with aiohttp.ClientSession() as http:
+        status, _, _ = await _chat(http, url, key, {"model": "bot", "messages": more})
+    assert status == 200
+
+    async def second_turn() -> bool:
+        [kept] = await _recorded(store, headers["X-Retrace-Conversation"])
+        return len(kept.messages) == 4
+
+    await eventually(second_turn)
+    [kept] = await _recorded(store, headers["X-Retrace-Conversation"])
+    assert kept.messages[2]["content"] == "a\ufffdb"
 
 
 async def test_a_model_name_with_a_nul_names_no_agent_and_is_no_store_outage(
