@@ -66,7 +66,9 @@ class EvaluatorHandlers:
         self.cfg = cfg
         if mode is None:
             mode = (
-                EmbeddingRouting(embeddings.default_embedder(), cfg.min_confidence)
+                EmbeddingRouting(
+                    embeddings.routing_embedder(cfg.routing_embedder), cfg.min_confidence
+                )
                 if embeddings.available()
                 else BaseOnly()
             )

@@ -29,7 +29,7 @@ from services.evaluator.state import (
 from shared import embeddings
 from shared.bus.delivery import HandlerContext
 from shared.logging import get_logger
-from shared.routing.modes import Example, LearnedRouting, RoutingMode
+from shared.routing.modes import EmbeddingRouting, Example, LearnedRouting, RoutingMode
 from shared.routing.profiles import first_user_text, profiles
 from shared.store.models import Adapter, Agent, Cycle, Task, TrainingJob, Trajectory
 from shared.store.models import Evaluation as EvaluationRow
@@ -170,7 +170,12 @@ async def _router(
     }
     examples = learn_examples(route_outcomes, route_openings)
     if learned and examples and embeddings.available():
-        return LearnedRouting(embeddings.default_embedder(), examples, min_confidence), examples
+        # the similarity the embedding mode uses (the router's own, see EvaluatorConfig)
+        embedder = mode.embedder if isinstance(mode, EmbeddingRouting) else None
+        return (
+            LearnedRouting(embedder or embeddings.default_embedder(), examples, min_confidence),
+            examples,
+        )
     return mode, examples
 
 

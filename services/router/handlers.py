@@ -30,7 +30,7 @@ from services.router.config import RouterConfig
 from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
 from services.router.recorder import STORE_ERRORS, Answered, Opening, Recorder, Turn
-from shared.embeddings import default_embedder
+from shared.embeddings import routing_embedder
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
@@ -132,7 +132,7 @@ class RouterApp:
         self.served = Served(self.client)
         self.mode: RoutingMode
         if cfg.mode in ("embedding", "learned"):
-            self.mode = EmbeddingRouting(default_embedder(), cfg.min_confidence)
+            self.mode = EmbeddingRouting(routing_embedder(cfg.embedder), cfg.min_confidence)
         elif cfg.mode == "classifier":
             self.mode = ClassifierRouting(self.client, cfg.classifier_model, cfg.min_confidence)
         else:
@@ -425,7 +425,7 @@ class RouterApp:
         if self.cfg.mode != "learned" or not examples:
             return self.mode
         return LearnedRouting(
-            default_embedder(),
+            routing_embedder(self.cfg.embedder),
             [Example(str(e["text"]), e.get("adapter")) for e in examples],
             self.cfg.min_confidence,
         )
@@ -585,6 +585,9 @@ class RouterApp:
         assert service.store is not None
         self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit)
         self.recorder.start()
+        if self.cfg.mode in ("embedding", "learned"):
+            # loaded before the first request (the static table built on a first run, 10 s)
+            await asyncio.to_thread(routing_embedder(self.cfg.embedder).embed, ["warm up"])
         if self.cfg.cache_s > 0 and service.store is not None:
             self._feed = ChangeFeed(
                 asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self._changed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,34 @@ def test_the_cache_forgets_the_least_recently_used_and_is_safe_across_threads() 
         done = list(pool.map(lambda i: embedder.embed([f"text {i}", f"more {i}", "a"]), range(40)))
     assert all(len(vectors) == 3 for vectors in done) and len(embedder._cache) == 4
     assert done[0][2] == done[-1][2]  # the same text, the same vector, cached or not
+
+
+def test_static_vectors_are_built_once_and_read_like_minilm(tmp_path: Path) -> None:
+    """The router's default similarity (issue 14): MiniLM's token vectors, averaged."""
+    static = embeddings.StaticMiniLM(tmp_path)
+    assert not static.ready
+    alarm, wake, refund = static.embed(
+        ["set an alarm for seven", "wake me up at 7 with an alarm", "refund my order please"]
+    )
+    assert static.ready and len(alarm) == 384
+    assert embeddings.cosine(alarm, alarm) == pytest.approx(1.0, abs=1e-5)
+    assert embeddings.cosine(alarm, wake) > embeddings.cosine(alarm, refund)
+    [table] = list(tmp_path.glob("static-minilm-l6-v2-*.npy"))
+    built = table.stat().st_mtime_ns
+    again = embeddings.StaticMiniLM(tmp_path)
+    assert again.embed(["set an alarm for seven"]) == [alarm]
+    assert table.stat().st_mtime_ns == built  # read, not built again
+    assert static.embed([""]) == [[0.0] * 384]  # no token: similar to nothing
+    assert not list(tmp_path.glob("*.partial.npy"))
+
+
+async def test_a_loaded_static_embedder_is_called_on_the_loop(tmp_path: Path) -> None:
+    static = embeddings.StaticMiniLM(tmp_path)
+    batched = embeddings.Batched(static)
+    first = await batched.embed(["set an alarm"])  # the load: on a thread, as one batch
+    assert batched.batches == 1 and static.ready
+    assert await batched.embed(["set an alarm"]) == first
+    assert batched.batches == 1  # quick now: embedded directly, no thread
 
 
 def test_the_catalogue_has_no_embedding_duplicates(sim: embeddings.EmbeddingSimilarity) -> None:

@@ -1,0 +1,129 @@
+"""Routing quality and cost of the two routing embedders, MiniLM and its static token vectors.
+
+    python -m benchmarks.static_routing --out docs/bench/static_routing.json
+
+Every task kind of toolbox, helpdesk and hotel-desk with at least 4 train tasks stands for an
+adapter: its profile is the opening requests of its first 16 train tasks. Each test task's
+opening request is routed to the profile with the most similar example (the embedding mode's
+rule); a request routed to its own kind counts as right. 16 kinds, 162 test requests: a hard
+test, since several kinds of one environment read alike (toolbox's single_tool and
+multi_step), but the same for both embedders.
+
+Routing also decides whether a request belongs to any adapter: below the confidence
+threshold (`RETRACE_ROUTER_MIN_CONFIDENCE`, 0.5) the base model answers. So each embedder's
+best similarity is also measured for the test requests (each has an adapter of its kind) and
+for 20 requests no adapter was trained for, with the share of each above the threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from shared.embeddings import Embedder, MiniLM, StaticMiniLM
+from shared.envs.registry import get_environment
+
+ENVIRONMENTS = ("toolbox", "helpdesk", "hotel-desk")
+THRESHOLD = 0.5
+UNRELATED = (
+    "Who painted the Mona Lisa?",
+    "What is the capital of Australia?",
+    "Tell me a joke about cats.",
+    "How do I bake sourdough bread?",
+    "Explain quantum entanglement simply.",
+    "hi",
+    "What's 17 times 23?",
+    "Write a haiku about autumn.",
+    "Translate 'good morning' into Spanish.",
+    "Summarise the plot of Hamlet in two sentences.",
+    "Which planets have rings?",
+    "Recommend a good science fiction novel.",
+    "How many legs does a spider have?",
+    "What causes the seasons on Earth?",
+    "Give me three tips for a job interview.",
+    "Is a tomato a fruit or a vegetable?",
+    "Why is the sky blue?",
+    "Write a limerick about a programmer.",
+    "What year did the Berlin Wall fall?",
+    "How do vaccines work?",
+)
+
+
+def requests() -> list[tuple[str, str, str]]:
+    """(kind, split, opening request) of every task of the environments."""
+    rows = []
+    for name in ENVIRONMENTS:
+        env = get_environment(name)
+        for task in env.tasks():
+            episode = env.reset(task, 0)
+            text = next((m.content for m in episode.messages if m.role == "user"), None)
+            if text:
+                rows.append((f"{name}/{task.kind}", task.split, text))
+    return rows
+
+
+def score(embedder: Embedder, rows: list[tuple[str, str, str]]) -> dict[str, object]:
+    kinds = sorted({k for k, _, _ in rows})
+    profiles = {k: [t for kk, s, t in rows if kk == k and s == "train"][:16] for k in kinds}
+    profiles = {k: v for k, v in profiles.items() if len(v) >= 4}
+    queries = [(k, t) for k, s, t in rows if s == "test" and k in profiles]
+    embedder.embed(["warm up"])
+    started = time.perf_counter()
+    matrices = {k: np.asarray(embedder.embed(v)) for k, v in profiles.items()}
+    vectors = np.asarray(embedder.embed([t for _, t in queries]))
+    texts = len(queries) + sum(len(v) for v in profiles.values())
+    per_text_ms = (time.perf_counter() - started) / texts * 1000
+    chosen = [max(matrices, key=lambda k: float((matrices[k] @ q).max())) for q in vectors]
+    right = sum(c == k for c, (k, _) in zip(chosen, queries, strict=True))
+    best = [max(float((m @ q).max()) for m in matrices.values()) for q in vectors]
+    off = [
+        max(float((m @ q).max()) for m in matrices.values())
+        for q in np.asarray(embedder.embed(list(UNRELATED)))
+    ]
+    started = time.perf_counter()
+    for i in range(200):
+        embedder.embed([f"Wake me at {i} tomorrow please"])
+    return {
+        "kinds": len(profiles),
+        "queries": len(queries),
+        "accuracy": right / len(queries),
+        "test_requests_over_threshold": sum(b >= THRESHOLD for b in best) / len(best),
+        "unrelated_over_threshold": sum(b >= THRESHOLD for b in off) / len(off),
+        "test_best_similarity_median": float(np.median(best)),
+        "unrelated_best_similarity_median": float(np.median(off)),
+        "per_text_ms_batched": per_text_ms,
+        "one_query_ms": (time.perf_counter() - started) / 200 * 1000,
+        "chosen": chosen,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows = requests()
+    started = time.perf_counter()
+    static = StaticMiniLM()
+    static.embed(["load"])
+    load_s = time.perf_counter() - started
+    results = {"minilm": score(MiniLM(), rows), "static": score(static, rows)}
+    agree = [
+        a == b
+        for a, b in zip(results["minilm"]["chosen"], results["static"]["chosen"], strict=True)  # type: ignore[call-overload]
+    ]
+    out = {
+        **{name: {k: v for k, v in r.items() if k != "chosen"} for name, r in results.items()},
+        "agreement": sum(agree) / len(agree),
+        "static_load_s": load_s,
+    }
+    print(json.dumps(out, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
