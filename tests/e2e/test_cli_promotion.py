@@ -26,6 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.model, pytest.mark.
 TEMPERATURE = "0.7"
 """At 1.0 SmolLM2 never copied the call in 40 samples; at 0.7 it did in a third of them
 (`benchmarks/codebook_grpo.py`, docs/benchmarks.md)."""
+PLANTED = ("use_tools_when_needed", "well_formed_tool_calls", "valid_tool_arguments")
+"""What the codebook target's failures lack: no call at all, or a call written badly."""
 TOKENS = "40"
 """Enough for the call (about 30 tokens) or a one-line answer."""
 
@@ -43,8 +45,8 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
         "RETRACE_SYNTHESIZE_TEMPERATURE": TEMPERATURE,
         "RETRACE_SYNTHESIZE_MAX_TOKENS": TOKENS,
         "RETRACE_SYNTHESIZE_MAX_TURNS": "2",
-        # GRPO: 12 steps of one group of 8; measured on this task, 12 steps at 5e-4 took the
-        # test-split success from 0.19 to 0.94 (docs/benchmarks.md)
+        # GRPO: the budget of 64 is 8 steps of one group of 8; on this task group rewards
+        # were mostly over 0.8 from the fourth step at 5e-4 (docs/benchmarks.md)
         "RETRACE_TRAIN_GROUP_SIZE": "8",
         "RETRACE_TRAIN_LEARNING_RATE": "5e-4",
         "RETRACE_TRAIN_TEMPERATURE": TEMPERATURE,
@@ -52,6 +54,8 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
         "RETRACE_TRAIN_MAX_TURNS": "2",
         "RETRACE_TRAIN_HELDOUT_TASKS": "0",
         "RETRACE_TRAIN_MAX_JOBS": "1",
+        # two steps' groups sampled as one batch of 16, as the demo does on a CPU
+        "RETRACE_TRAIN_SAMPLE_AHEAD": "1",
     }
     with serve_in_thread(environment_app(CodebookEnvironment())) as url:
         target = url.removesuffix("/v1")
@@ -62,8 +66,8 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
             made = cli(env, "agent", "create", "coder", "--model", "smollm2", "--env", target)
             assert made.returncode == 0, made.stderr
             result = cli(
-                env, "improve", "coder", "--diagnose-tasks", "16", "--diagnose-trials", "2",
-                "--eval-tasks", "16", "--eval-trials", "2", "--budget", "96",
+                env, "improve", "coder", "--diagnose-tasks", "12", "--diagnose-trials", "2",
+                "--eval-tasks", "12", "--eval-trials", "2", "--budget", "64",
                 "--max-tokens", TOKENS, "--temperature", TEMPERATURE,
                 "--max-capabilities", "1", "--spare-capabilities", "0", "--no-baseline",
                 "--wait", "780", timeout=840,
@@ -73,7 +77,7 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
             assert result.returncode == 0, said + result.stderr
             assert "promoted: routed beats base" in said, said
             gain = re.search(r"routed vs base: ([+-][0-9.]+) per task", said)
-            assert gain and float(gain.group(1)) >= 0.3, said  # measured: +0.875 (9.4% -> 96.9%)
+            assert gain and float(gain.group(1)) >= 0.3, said  # measured +0.75 to +0.875
             shown = cli(env, "capabilities", "coder", "--json", str(tmp_path / "caps.json"))
             assert shown.returncode == 0, shown.stderr
             kept = [c["name"] for c in json.loads((tmp_path / "caps.json").read_text())]
@@ -81,4 +85,8 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
             adapters = cli(env, "adapters", "coder")
             assert adapters.returncode == 0, adapters.stderr
             [row] = [line for line in adapters.stdout.splitlines() if "coder--" in line]
-            assert "use_tools_when_needed" in row and "│ yes" in row, adapters.stdout
+            # the diagnosis ranks the capabilities the planted task needs by its samples:
+            # calling the tool at all, or writing the call well (seen first in one run of
+            # three); training either one taught the call
+            assert any(c in row for c in PLANTED), adapters.stdout
+            assert "│ yes" in row, adapters.stdout  # in production

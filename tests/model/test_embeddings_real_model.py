@@ -46,27 +46,36 @@ def test_the_cache_forgets_the_least_recently_used_and_is_safe_across_threads() 
     assert done[0][2] == done[-1][2]  # the same text, the same vector, cached or not
 
 
-def test_static_vectors_are_built_once_and_read_like_minilm(tmp_path: Path) -> None:
-    """The router's default similarity (issue 14): MiniLM's token vectors, averaged."""
-    static = embeddings.StaticMiniLM(tmp_path)
-    assert not static.ready
+@pytest.fixture(scope="module")
+def static_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory whose static table one instance built (10 s, once for the module)."""
+    directory = tmp_path_factory.mktemp("embeddings")
+    fresh = embeddings.StaticMiniLM(directory)
+    assert not fresh.ready
+    fresh.embed(["build it"])
+    assert fresh.ready
+    return directory
+
+
+def test_static_vectors_are_built_once_and_read_like_minilm(static_dir: Path) -> None:
+    """The router's optional similarity (issue 14): MiniLM's token vectors, averaged."""
+    [table] = list(static_dir.glob("static-minilm-l6-v2-*.npy"))
+    built = table.stat().st_mtime_ns
+    static = embeddings.StaticMiniLM(static_dir)
     alarm, wake, refund = static.embed(
         ["set an alarm for seven", "wake me up at 7 with an alarm", "refund my order please"]
     )
-    assert static.ready and len(alarm) == 384
+    assert table.stat().st_mtime_ns == built  # read, not built again
+    assert len(alarm) == 384
     assert embeddings.cosine(alarm, alarm) == pytest.approx(1.0, abs=1e-5)
     assert embeddings.cosine(alarm, wake) > embeddings.cosine(alarm, refund)
-    [table] = list(tmp_path.glob("static-minilm-l6-v2-*.npy"))
-    built = table.stat().st_mtime_ns
-    again = embeddings.StaticMiniLM(tmp_path)
-    assert again.embed(["set an alarm for seven"]) == [alarm]
-    assert table.stat().st_mtime_ns == built  # read, not built again
+    assert static.embed(["set an alarm for seven"]) == [alarm]
     assert static.embed([""]) == [[0.0] * 384]  # no token: similar to nothing
-    assert not list(tmp_path.glob("*.partial.npy"))
+    assert not list(static_dir.glob("*.partial.npy"))
 
 
-async def test_a_loaded_static_embedder_is_called_on_the_loop(tmp_path: Path) -> None:
-    static = embeddings.StaticMiniLM(tmp_path)
+async def test_a_loaded_static_embedder_is_called_on_the_loop(static_dir: Path) -> None:
+    static = embeddings.StaticMiniLM(static_dir)
     batched = embeddings.Batched(static)
     first = await batched.embed(["set an alarm"])  # the load: on a thread, as one batch
     assert batched.batches == 1 and static.ready
