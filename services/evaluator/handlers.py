@@ -387,6 +387,9 @@ class EvaluatorHandlers:
             ctx, cycle, agent, target, data.settings, adapters, production, extra
         )
         machine.move(cycle, State.EVALUATING, on)
+        # stored here, whoever called: a caller that returned without it left the cycle
+        # evaluating with no record of its requests, waiting for its stall timeout (a day)
+        save(cycle, data)
 
     async def rollout_completed(self, msg: RolloutCompleted, ctx: HandlerContext) -> None:
         if msg.purpose != "evaluate":

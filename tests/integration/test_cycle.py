@@ -512,6 +512,44 @@ async def evaluator_running(
         await bus.close()
 
 
+async def test_a_diagnosis_that_keeps_nothing_is_evaluated_as_is_with_its_requests_kept(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Found by the promotion e2e test: when the diagnosis kept no capability, the cycle moved
+    to evaluating but its record of the evaluation requests was never stored, so their
+    completion was ignored and the cycle waited a day for its stall timeout."""
+    agent_id, _, _ = await _agent_with_capabilities(store, ("set_alarms",), ready="set_alarms")
+    cycle_id = uuid.uuid4()
+    async with evaluator_running(service_cfg) as (bus, send):
+
+        async def state() -> str | None:
+            async with store.tenant("acme") as session:
+                row = await session.get(Cycle, cycle_id)
+                return row.state if row else None
+
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=SETTINGS))
+        await eventually(lambda: _is(state, "diagnosing"), within=30)
+        await send(CapabilitiesIdentified(agent_id=agent_id, capability_ids=[], cycle_id=cycle_id))
+        await eventually(lambda: _is(state, "evaluating"), within=30)
+        events = f"{service_cfg.nats.stream_prefix}_EVENTS"
+        [base] = [
+            m
+            for m in await emitted(bus, events, RolloutRequested)
+            if m.purpose == "evaluate"  # type: ignore[attr-defined]
+        ]
+        async with store.tenant("acme") as session:
+            row = await session.get(Cycle, cycle_id)
+            assert row is not None
+            data = load(row)
+        assert data.untrained is not None and "kept no capability" in data.untrained
+        assert data.evaluation is not None
+        assert data.evaluation.requests == {"base": str(base.request_id)}  # type: ignore[attr-defined]
+
+
+async def _is(state: Callable[[], Awaitable[str | None]], wanted: str) -> bool:
+    return await state() == wanted
+
+
 async def test_a_capability_without_an_environment_gives_its_place_to_the_next_kept_one(
     service_cfg: ServiceConfig, store: Store
 ) -> None:

@@ -10,6 +10,7 @@ full-chain e2e test; a real environment like any built-in, not a fake of one.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -108,14 +109,17 @@ class CodebookEnvironment:
 
     def __init__(self, tasks: int = 64) -> None:
         rng = random.Random(7)
+        codes = [
+            f"{rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{rng.randrange(10, 99)}" for _ in range(tasks)
+        ]
         self._tasks = [
             TaskSpec(
                 id=f"code-{i:03d}",
                 kind="lookup",
                 split="test" if i % 2 else "train",
-                data={"code": f"{rng.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{rng.randrange(10, 99)}"},
+                data={"code": code, "reference": _reference(code)},
             )
-            for i in range(tasks)
+            for i, code in enumerate(codes)
         ]
 
     def tasks(self) -> list[TaskSpec]:
@@ -123,3 +127,16 @@ class CodebookEnvironment:
 
     def reset(self, task: TaskSpec, seed: int) -> CodebookEpisode:
         return CodebookEpisode(task, seed)
+
+
+def _reference(code: str) -> list[dict[str, Any]]:
+    """The solution: look the code up, then answer. When the agent succeeds too rarely,
+    contrast compares its failures with these replayed (`RETRACE_CONTRAST_MIN_SUCCESSES`)."""
+    call = {"name": "lookup_code", "arguments": json.dumps({"code": code})}
+    return [
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "ref-0", "type": "function", "function": call}],
+        },
+        {"role": "assistant", "content": f"I looked code {code} up for you."},
+    ]
