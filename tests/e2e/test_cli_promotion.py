@@ -66,8 +66,8 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
             made = cli(env, "agent", "create", "coder", "--model", "smollm2", "--env", target)
             assert made.returncode == 0, made.stderr
             result = cli(
-                env, "improve", "coder", "--diagnose-tasks", "12", "--diagnose-trials", "2",
-                "--eval-tasks", "12", "--eval-trials", "2", "--budget", "64",
+                env, "improve", "coder", "--diagnose-tasks", "8", "--diagnose-trials", "2",
+                "--eval-tasks", "8", "--eval-trials", "2", "--budget", "64",
                 "--max-tokens", TOKENS, "--temperature", TEMPERATURE,
                 "--max-capabilities", "1", "--spare-capabilities", "0", "--no-baseline",
                 "--wait", "780", timeout=840,
