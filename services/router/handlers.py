@@ -296,11 +296,12 @@ class RouterApp:
         now = time.monotonic()
         agent = self.agents.get((tenant, req.model), now) if self.agents is not None else None
         tips = prefix_tips(messages)
+        longest = tips[0][1] if tips else None
         key_id = request.get(API_KEY_ID)
         named = _conversation_named(request)
         known = None
         if agent is not None:
-            known = self.recent.find(agent.id, key_id, named, tips[0][1] if tips else None)
+            known = self.recent.find(agent.id, key_id, named, longest)
         if agent is None or (known is None and (tips or named)):
             generation = self._generation()
             async with self.service.store.tenant(tenant) as session:
@@ -314,7 +315,7 @@ class RouterApp:
                     if self.agents is not None:
                         rows = (("agents", str(agent.id)),)
                         self.agents.put((tenant, req.model), agent, rows, generation, now)
-                    known = self.recent.find(agent.id, key_id, named, tips[0][1] if tips else None)
+                    known = self.recent.find(agent.id, key_id, named, longest)
                 if known is None and (tips or named):
                     row = await self._find(session, agent, key_id, named, tips)
                     if row is not None:
