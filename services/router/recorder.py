@@ -97,10 +97,6 @@ class Recorder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
-
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="router-recorder")
 
