@@ -589,7 +589,7 @@ class RouterApp:
         if self.cfg.mode in ("embedding", "learned"):
             # loaded before the first request (the static table built on a first run, 10 s)
             await asyncio.to_thread(routing_embedder(self.cfg.embedder).embed, ["warm up"])
-        if self.cfg.cache_s > 0 and service.store is not None:
+        if self.cfg.cache_s > 0:
             self._feed = ChangeFeed(
                 asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self._changed
             )
