@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 from aiohttp import web
+from sqlalchemy import func, select
 from aiohttp.test_utils import TestServer
 
 from services.router.config import RouterConfig
@@ -35,7 +36,7 @@ from shared.config import DatabaseConfig, HttpConfig, ModelConfig, NatsConfig
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.migrate import upgrade_async
-from shared.store.models import Adapter, Capability
+from shared.store.models import Adapter, Capability, Conversation
 from shared.store.tenants import create_tenant, issue_api_key
 
 REPLY = {
@@ -108,6 +109,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         http=HttpConfig(port=args.port),
         model=ModelConfig(url=f"http://127.0.0.1:{upstream.port}/v1"),
         cache_s=args.cache_s,
+        mode=args.mode,
+        embedder=args.embedder,
     )
     service = build(cfg)
     run = asyncio.create_task(service.run())
@@ -157,8 +160,13 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "router": await _sustained(f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args),
     }
     service.stop()
-    await run
+    await run  # the router writes every answered turn before it stops
     await upstream.close()
+    store = Store.connect(db, args.database_url)
+    async with store.tenant("bench") as session:
+        recorded = await session.scalar(select(func.sum(Conversation.turns)))
+    await store.close()
+    answered = 1 + args.requests + int(sustained["router"]["requests"])
     added = [b - a for a, b in zip(direct, routed, strict=True)]
     result = {
         "requests": args.requests,
@@ -172,6 +180,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "new_conversation_added_ms_p50": pct(added[0::2], 0.5) * 1000,
         "continued_added_ms_p50": pct(added[1::2], 0.5) * 1000,
         "sustained": sustained,
+        "turns_answered": answered,
+        "turns_recorded": int(recorded or 0),
     }
     return result
 
@@ -254,6 +264,10 @@ if __name__ == "__main__":
         help="the router's RETRACE_ROUTER_CACHE_S (0: read the store on every request)",
     )
     parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument(
+        "--mode", default="embedding", help="the router's RETRACE_ROUTER_MODE (base: no routing)"
+    )
+    parser.add_argument("--embedder", default="minilm", help="RETRACE_ROUTER_EMBEDDER")
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()

@@ -2,13 +2,15 @@
 
 A reply goes back to the caller as soon as the endpoint gives it; the turn it ends (the
 conversation's row, its trajectory with the whole history) joins a queue that one task
-writes in order, a batch of consecutive same-tenant turns to a transaction. A store that
-refuses a batch is retried with backoff, oldest first, until it takes it (at most `limit`
-turns wait; past that a new one is logged as lost); `flush` waits until what was answered
-so far is written (feedback on a conversation, a graceful shutdown, tests). The conversation
-a turn belongs to, branches included, was decided before its reply was sent (see
-`conversations.Recent`); the write checks it once more against the store, under the
-conversation's row lock, for a turn another router process answered.
+writes: each tenant's waiting turns (up to `batch` in all) in one transaction of a few
+batched statements, in order within a conversation, so the store keeps up with thousands
+of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
+until it takes it (at most `limit` turns wait; past that a new one is logged as lost);
+`flush` waits until what was answered so far is written (feedback on a conversation, a
+graceful shutdown, tests). The conversation a turn belongs to, branches included, was
+decided before its reply was sent (see `conversations.Recent`); the write checks it once
+more against the store (a conversation moves on only from the tip its turn found), for a
+turn another router process answered.
 """
 
 from __future__ import annotations
@@ -17,17 +19,21 @@ import asyncio
 import collections
 import contextlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from sqlalchemy import update
-from sqlalchemy.exc import SQLAlchemyError
+import msgspec
+from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from services.router.conversations import Known
 from shared.logging import get_logger
 from shared.store import Store
-from shared.store.models import Adapter, Agent, Conversation, Trajectory
+from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
 
 log = get_logger(__name__)
 
@@ -38,6 +44,8 @@ STORE_ERRORS = (
     ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
 )
 """What a store that cannot serve a request raises (a client that hangs up is not one)."""
+DATA_ERRORS = (IntegrityError, DataError)
+"""What a store that works raises for rows it refuses (a key or agent deleted meanwhile)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,8 @@ class Opening:
     route: dict[str, Any]
     turns: int = 0
     """Turns of the history before it (a branch continues one)."""
+    trajectory_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    """Its trajectory's id, fixed before the write, so a retried write is recognised."""
 
 
 @dataclass
@@ -85,14 +95,13 @@ class Answered:
 
 
 class Recorder:
-    def __init__(self, store: Store, *, limit: int, batch: int = 64) -> None:
+    def __init__(self, store: Store, *, limit: int, batch: int = 512) -> None:
         self.store = store
         self.limit = limit
         self.batch = batch
-        self._queue: collections.deque[Answered] = collections.deque()
+        self._queue: collections.deque[tuple[int, Answered]] = collections.deque()
+        """Turns waiting, with their submission number, oldest first."""
         self._submitted = 0
-        self._settled = 0
-        """Turns written, or given up on (lost), in submission order."""
         self._progress = asyncio.Condition()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -109,16 +118,19 @@ class Recorder:
                 waiting=len(self._queue),
             )
             return
-        self._queue.append(answered)
         self._submitted += 1
+        self._queue.append((self._submitted, answered))
         self._wake.set()
+
+    def _settled(self, through: int) -> bool:
+        return not self._queue or self._queue[0][0] > through
 
     async def flush(self) -> None:
         """Wait until every turn submitted so far is written (or given up on as lost); bound
         the wait with `asyncio.timeout`."""
         target = self._submitted
         async with self._progress:
-            await self._progress.wait_for(lambda: self._settled >= target)
+            await self._progress.wait_for(lambda: self._settled(target))
 
     async def close(self, grace: float) -> None:
         """Write what waits (for up to `grace` s), then stop; what is left is logged as lost."""
@@ -139,34 +151,267 @@ class Recorder:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                tenant = self._queue[0].turn.tenant
-                batch: list[Answered] = []
-                for answered in self._queue:
-                    if answered.turn.tenant != tenant or len(batch) == self.batch:
-                        break
-                    batch.append(answered)
-                try:
-                    async with self.store.tenant(tenant) as session:
-                        for answered in batch:
-                            await keep(session, answered)
-                except STORE_ERRORS as exc:
+                taken = [self._queue.popleft() for _ in range(min(self.batch, len(self._queue)))]
+                by_tenant: dict[str, list[tuple[int, Answered]]] = {}
+                for n, answered in taken:
+                    by_tenant.setdefault(answered.turn.tenant, []).append((n, answered))
+                done: set[int] = set()
+                failure: BaseException | None = None
+                for tenant, turns in by_tenant.items():
+                    try:
+                        await self._write(tenant, turns, done)
+                    except STORE_ERRORS as exc:
+                        failure = exc
+                # the unwritten go back first, in their order: a tenant's turns stay in order
+                left = [(n, a) for n, a in taken if n not in done]
+                self._queue.extendleft(reversed(left))
+                async with self._progress:
+                    self._progress.notify_all()
+                if failure is not None:
                     log.warning(
                         "production turns not recorded yet; retried",
-                        turns=len(batch),
-                        error=repr(exc),
+                        turns=len(left),
+                        error=repr(failure),
                         retry_in_s=delay,
                     )
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 10.0)
                     continue
-                except Exception:  # our own bug: the batch can never be written, so say so
-                    log.exception("production turns lost: their record failed", turns=len(batch))
                 delay = 0.5
-                for _ in batch:
-                    self._queue.popleft()
-                async with self._progress:
-                    self._settled += len(batch)
-                    self._progress.notify_all()
+
+    async def _write(self, tenant: str, turns: list[tuple[int, Answered]], done: set[int]) -> None:
+        """A tenant's turns, in one transaction: batched statements for what is common (new
+        conversations, continued ones), `keep` for the rest. A turn the store refuses for
+        its data (a row it points to deleted meanwhile) is then written alone, so it cannot
+        hold the others back; one that still fails is logged as lost. The numbers of the
+        turns settled go to `done` as they are."""
+        try:
+            async with self.store.tenant(tenant) as session:
+                await write_batch(session, tenant, [a for _, a in turns])
+            done.update(n for n, _ in turns)
+            return
+        except DATA_ERRORS as exc:
+            log.warning("a batch of turns was refused; written one by one", error=repr(exc))
+        for n, answered in turns:
+            try:
+                async with self.store.tenant(tenant) as session:
+                    await keep(session, answered)
+            except DATA_ERRORS:
+                log.exception(
+                    "production turn lost: the store refused it",
+                    conversation=str(answered.turn.conversation_id),
+                )
+            except STORE_ERRORS:
+                raise
+            except Exception:  # our own bug: this turn can never be written, so say so
+                log.exception(
+                    "production turn lost: its record failed",
+                    conversation=str(answered.turn.conversation_id),
+                )
+            done.add(n)
+
+
+@dataclass
+class _Run:
+    """A conversation's consecutive turns within one batch, written as one: the first
+    turn's opening and found tip, the last one's history and tip, tokens and time summed."""
+
+    turns: list[Answered]
+
+    @property
+    def first(self) -> Answered:
+        return self.turns[0]
+
+    @property
+    def last(self) -> Answered:
+        return self.turns[-1]
+
+    @property
+    def tokens(self) -> int:
+        return sum(a.tokens for a in self.turns)
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(a.latency_ms for a in self.turns)
+
+
+def _runs(turns: list[Answered]) -> tuple[list[_Run], list[Answered]]:
+    """The batch's turns as runs of one conversation each, and the turns that do not chain
+    onto their conversation's run (written one by one afterwards, by `keep`)."""
+    runs: dict[uuid.UUID, _Run] = {}
+    apart: list[Answered] = []
+    odd: set[uuid.UUID] = set()
+    for answered in turns:
+        cid = answered.turn.conversation_id
+        run = runs.get(cid)
+        if cid in odd:
+            apart.append(answered)
+        elif run is None:
+            runs[cid] = _Run([answered])
+        elif answered.turn.opening is None and answered.turn.found_tip == run.last.tip:
+            run.turns.append(answered)
+        else:
+            odd.add(cid)
+            apart.append(answered)
+    return list(runs.values()), apart
+
+
+async def write_batch(session: Any, tenant: str, turns: list[Answered]) -> None:
+    """Write a tenant's turns with a handful of statements whatever their number: new
+    conversations in two inserts (their trajectories, then their rows), continued ones in
+    two updates (a conversation moves on only from the tip its turn found). What does not
+    fit (a conversation another router process moved on: a branch) goes through `keep`."""
+    runs, apart = _runs(turns)
+    opened = [r for r in runs if r.first.turn.opening is not None]
+    continued = [r for r in runs if r.first.turn.opening is None]
+    if opened:
+        await _open(session, tenant, opened)
+    if continued:
+        apart = [*await _continue(session, continued), *apart]
+    for answered in apart:
+        await keep(session, answered)
+
+
+async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
+    openings = [(r, r.first.turn.opening) for r in runs]
+    agents = set(
+        await session.scalars(
+            select(Agent.id).where(Agent.id.in_({o.agent_id for _, o in openings if o}))
+        )
+    )
+    wanted = {o.adapter_id for _, o in openings if o and o.adapter_id is not None}
+    adapters = (
+        set(await session.scalars(select(Adapter.id).where(Adapter.id.in_(wanted))))
+        if wanted
+        else set()
+    )
+    trajectories = []
+    conversations = []
+    for run, o in openings:
+        assert o is not None
+        if o.agent_id not in agents:
+            continue  # deleted since (its agent was)
+        adapter_id = o.adapter_id if o.adapter_id in adapters else None
+        cid = run.first.turn.conversation_id
+        trajectories.append(
+            {
+                "id": o.trajectory_id,
+                "tenant_id": tenant,
+                "agent_id": o.agent_id,
+                "request_id": cid,
+                "adapter_id": adapter_id,
+                "source": "production",
+                "model": run.last.model,
+                "messages": run.last.messages,
+                "tokens": run.tokens,
+                "latency_ms": run.latency_ms,
+            }
+        )
+        conversations.append(
+            {
+                "id": cid,
+                "tenant_id": tenant,
+                "agent_id": o.agent_id,
+                "adapter_id": adapter_id,
+                "api_key_id": o.api_key_id,
+                "trajectory_id": o.trajectory_id,
+                "tip": run.last.tip,
+                "route": o.route,
+                "turns": o.turns + len(run.turns),
+            }
+        )
+    if not conversations:
+        return
+    # a batch written before, whose commit was not heard of, is not written twice
+    await session.execute(pg_insert(Trajectory).on_conflict_do_nothing(), trajectories)
+    await session.execute(pg_insert(Conversation).on_conflict_do_nothing(), conversations)
+
+
+MOVES = (
+    func.unnest(
+        cast(bindparam("ids"), ARRAY(PG_UUID(as_uuid=True))),
+        cast(bindparam("found"), ARRAY(Text)),
+        cast(bindparam("tips"), ARRAY(Text)),
+        cast(bindparam("n"), ARRAY(Integer)),
+    )
+    .table_valued(
+        column("id", PG_UUID(as_uuid=True)),
+        column("found", Text),
+        column("tip", Text),
+        column("n", Integer),
+    )
+    .render_derived(name="moves")
+)
+HISTORIES = (
+    func.unnest(
+        cast(bindparam("ids"), ARRAY(PG_UUID(as_uuid=True))),
+        cast(bindparam("messages"), ARRAY(Text)),
+        cast(bindparam("tokens"), ARRAY(Integer)),
+        cast(bindparam("latency_ms"), ARRAY(Float)),
+    )
+    .table_valued(
+        column("id", PG_UUID(as_uuid=True)),
+        column("messages", Text),
+        column("tokens", Integer),
+        column("latency_ms", Float),
+    )
+    .render_derived(name="histories")
+)
+MOVE = (
+    update(Conversation)
+    .where(
+        Conversation.id == MOVES.c.id,
+        Conversation.tip == MOVES.c.found,
+        Conversation.trajectory_id.is_not(None),
+    )
+    .values(tip=MOVES.c.tip, turns=Conversation.turns + MOVES.c.n)
+    .returning(Conversation.id, Conversation.trajectory_id)
+    .execution_options(synchronize_session=False)
+)
+"""Conversations moved on, each only from the tip its turn found: arrays in, one statement
+(the same text whatever their number, so it is compiled and prepared once)."""
+EXTEND = (
+    update(Trajectory)
+    .where(Trajectory.id == HISTORIES.c.id)
+    .values(
+        messages=cast(HISTORIES.c.messages, JSONB),
+        tokens=Trajectory.tokens + HISTORIES.c.tokens,
+        latency_ms=Trajectory.latency_ms + HISTORIES.c.latency_ms,
+    )
+    .execution_options(synchronize_session=False)
+)
+"""Their trajectories take the whole history."""
+
+
+async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
+    """Continued conversations moved on, each from the tip its first turn found; the turns
+    of those that were not there (or have no trajectory), for `keep`."""
+    moved = {
+        cid: trajectory_id
+        for cid, trajectory_id in await session.execute(
+            MOVE,
+            {
+                "ids": [r.first.turn.conversation_id for r in runs],
+                "found": [r.first.turn.found_tip for r in runs],
+                "tips": [r.last.tip for r in runs],
+                "n": [len(r.turns) for r in runs],
+            },
+        )
+    }
+    done = [r for r in runs if r.first.turn.conversation_id in moved]
+    if done:
+        await session.execute(
+            EXTEND,
+            {
+                "ids": [moved[r.first.turn.conversation_id] for r in done],
+                "messages": [
+                    msgspec.json.encode(without_nul(r.last.messages)).decode() for r in done
+                ],
+                "tokens": [r.tokens for r in done],
+                "latency_ms": [r.latency_ms for r in done],
+            },
+        )
+    return [a for r in runs if r.first.turn.conversation_id not in moved for a in r.turns]
 
 
 async def keep(session: Any, answered: Answered) -> None:

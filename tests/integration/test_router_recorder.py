@@ -1,0 +1,175 @@
+"""The router's recorder on a real Postgres: a batch of many tenants' turns written with a
+handful of statements, conversations whose turns arrive in one batch written as one, a
+conversation another process moved on kept as a branch, a turn the store refuses lost alone,
+and a retried write of new conversations not written twice."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+
+from services.router.conversations import Known, tip
+from services.router.recorder import Answered, Opening, Recorder, Turn, write_batch
+from shared.store import Store
+from shared.store.agents import create_agent
+from shared.store.models import Conversation, Trajectory
+from shared.store.tenants import create_tenant
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _agent(store: Store, tenant: str) -> uuid.UUID:
+    async with store.cross_tenant() as session:
+        await create_tenant(session, tenant)
+    async with store.tenant(tenant) as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        return agent.id
+
+
+def _history(opening: str, turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for n in range(turns):
+        messages += [
+            {"role": "user", "content": opening if n == 0 else f"and then {n}"},
+            {"role": "assistant", "content": f"reply {n}"},
+        ]
+    return messages
+
+
+def _turns(tenant: str, agent_id: uuid.UUID, opening: str, turns: int) -> list[Answered]:
+    """A new conversation's first `turns` turns, each as the router hands it over."""
+    known = Known(uuid.uuid4(), agent_id, None, None, {"mode": "test"}, "", 0)
+    out = []
+    found = ""
+    for n in range(1, turns + 1):
+        messages = _history(opening, n)
+        first = Opening(agent_id, None, None, {"mode": "test"}) if n == 1 else None
+        turn = Turn(tenant, known, found, n - 1, opening=first)
+        out.append(Answered(turn, "smollm2", messages, tip(messages), 3, 10.0))
+        found = tip(messages)
+    return out
+
+
+@contextmanager
+def _statements(store: Store) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def count(*args: Any) -> None:
+        seen.append(str(args[2]).split()[0])
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", count)
+
+
+async def _conversations(store: Store, tenant: str) -> dict[uuid.UUID, Conversation]:
+    async with store.tenant(tenant) as session:
+        return {c.id: c for c in await session.scalars(select(Conversation))}
+
+
+async def _trajectory(store: Store, tenant: str, conversation: Conversation) -> Trajectory:
+    async with store.tenant(tenant) as session:
+        found = await session.get(Trajectory, conversation.trajectory_id)
+        assert found is not None
+        return found
+
+
+async def test_a_batch_of_many_turns_takes_a_few_statements_and_loses_none(
+    store: Store,
+) -> None:
+    a, b = await _agent(store, "acme"), await _agent(store, "globex")
+    recorder = Recorder(store, limit=1000)
+    # 40 new conversations of two tenants, interleaved, then one of each goes on for two
+    # more turns in the same batch, and one answered earlier goes on
+    earlier = _turns("acme", a, "written before", 2)
+    earlier[1].messages[-2]["content"] = "a NUL \x00 in a continued turn"
+    recorder.start()
+    recorder.submit(earlier[0])
+    await recorder.flush()
+    batch = []
+    for n in range(20):
+        batch += [*_turns("acme", a, f"acme {n}", 1), *_turns("globex", b, f"globex {n}", 1)]
+    long_a, long_b = _turns("acme", a, "three turns", 3), _turns("globex", b, "two", 2)
+    batch += [*long_a, *long_b, earlier[1]]
+    with _statements(store) as seen:
+        for answered in batch:
+            recorder.submit(answered)
+        await recorder.flush()
+    writes = [s for s in seen if s in ("INSERT", "UPDATE")]
+    # each tenant: trajectories and conversations inserted, conversations and trajectories
+    # updated (acme's earlier conversation); one statement per kind, whatever the number
+    assert len(writes) <= 6, seen
+    acme, globex = await _conversations(store, "acme"), await _conversations(store, "globex")
+    assert (len(acme), len(globex)) == (22, 21)
+    three = acme[long_a[0].turn.conversation_id]
+    assert (three.turns, three.tip) == (3, long_a[-1].tip)
+    kept = await _trajectory(store, "acme", three)
+    assert kept.messages == long_a[-1].messages
+    assert (kept.tokens, kept.latency_ms) == (9, 30.0)
+    on = acme[earlier[1].turn.conversation_id]
+    assert (on.turns, on.tip) == (2, earlier[1].tip)
+    stored = (await _trajectory(store, "acme", on)).messages
+    assert stored[-2]["content"] == "a NUL \ufffd in a continued turn"
+    assert stored[:-2] == earlier[1].messages[:-2]
+    two = globex[long_b[0].turn.conversation_id]
+    assert (two.turns, (await _trajectory(store, "globex", two)).tokens) == (2, 6)
+    await recorder.close(1.0)
+
+
+async def test_a_conversation_moved_on_elsewhere_keeps_this_turn_as_a_branch(
+    store: Store,
+) -> None:
+    agent = await _agent(store, "acme")
+    first, second = _turns("acme", agent, "hello", 2)
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", [first])
+    # another router process answered a different second turn meanwhile
+    elsewhere = [*_history("hello", 1), {"role": "user", "content": "other"}]
+    elsewhere.append({"role": "assistant", "content": "other reply"})
+    async with store.tenant("acme") as session:
+        row = await session.get(Conversation, first.turn.conversation_id)
+        assert row is not None
+        row.tip = tip(elsewhere)
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", [second])
+    rows = await _conversations(store, "acme")
+    assert len(rows) == 2
+    [branch] = [c for c in rows.values() if c.id != first.turn.conversation_id]
+    assert branch.route["branch_of"] == str(first.turn.conversation_id)
+    assert branch.tip == second.tip
+    assert (await _trajectory(store, "acme", branch)).messages == second.messages
+
+
+async def test_a_turn_the_store_refuses_is_lost_alone(store: Store) -> None:
+    agent = await _agent(store, "acme")
+    good = [t for n in range(5) for t in _turns("acme", agent, f"good {n}", 1)]
+    [bad] = _turns("acme", agent, "bad", 1)
+    assert bad.turn.opening is not None
+    bad.turn.opening = Opening(agent, None, uuid.uuid4(), {})  # a key that does not exist
+    recorder = Recorder(store, limit=100)
+    recorder.start()
+    for answered in [*good[:2], bad, *good[2:]]:
+        recorder.submit(answered)
+    await recorder.flush()
+    rows = await _conversations(store, "acme")
+    assert set(rows) == {t.turn.conversation_id for t in good}
+    await recorder.close(1.0)
+
+
+async def test_new_conversations_written_twice_are_kept_once(store: Store) -> None:
+    """A write whose commit was not heard of is tried again: it must not duplicate."""
+    agent = await _agent(store, "acme")
+    batch = [t for n in range(3) for t in _turns("acme", agent, f"n {n}", 1)]
+    for _ in range(2):
+        async with store.tenant("acme") as session:
+            await write_batch(session, "acme", batch)
+    async with store.tenant("acme") as session:
+        assert await session.scalar(select(func.count()).select_from(Conversation)) == 3
+        assert await session.scalar(select(func.count()).select_from(Trajectory)) == 3
