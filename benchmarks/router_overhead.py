@@ -2,15 +2,21 @@
 endpoint and through `retrace`'s router (auth, conversation lookup, routing, recording).
 
     python -m benchmarks.router_overhead --requests 300 --out docs/bench/router_overhead.json
+    python -m benchmarks.router_overhead --routers 2      # two router processes, one port
 
 The endpoint is an instant fake (it answers a fixed reply at once), so the difference is the
-router's own cost: real Postgres (the local server, or embedded) and real NATS, embedding
-routing with all-MiniLM-L6-v2 over two adapters. Half the requests open a new conversation
-(routed), half continue one (looked up by the conversation hash).
+router's own cost. The router runs as its own processes (`python -m services.router`, one or
+`--routers` sharing the port), on real Postgres (the local server) and NATS, routing over two
+adapters whose profiles are a definition and six diagnosed requests each, by default with the
+`cascade` embedder (MiniLM's static vectors where they are sure, MiniLM itself elsewhere).
+Half the requests open a new conversation (routed: an alarm or a wake-up call for one adapter,
+a currency conversion for the other, the weather for neither; each worded afresh), half
+continue one (found in the router's memory, else by the conversation hash in the store).
 
 Then the sustained rate, side by side in the same run: a load generator in its own process
 (`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix)
-against the endpoint directly, then through the router.
+against the endpoint directly, then through the router. Afterwards the turns the router
+wrote are counted against those it answered, and how each new conversation was routed.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import statistics
 import sys
 import time
@@ -27,16 +35,15 @@ from pathlib import Path
 import aiohttp
 import msgspec
 from aiohttp import web
-from sqlalchemy import func, select
 from aiohttp.test_utils import TestServer
+from sqlalchemy import func, select, text
 
 from services.router.config import RouterConfig
-from services.router.service import build
-from shared.config import DatabaseConfig, HttpConfig, ModelConfig, NatsConfig
+from shared.config import DatabaseConfig
 from shared.store import Store
 from shared.store.agents import create_agent
 from shared.store.migrate import upgrade_async
-from shared.store.models import Adapter, Capability, Conversation
+from shared.store.models import Adapter, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key
 
 REPLY = {
@@ -49,12 +56,83 @@ REPLY = {
     ],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 }
-REQUESTS = [
-    "Set an alarm for 6:30 labelled gym.",
-    "Convert 120 US dollars to euros.",
-    "What is the weather in Lisbon?",
-    "Wake me at 7 tomorrow.",
+ALARM_FAILURES = [
+    "Please add an alarm at 10:20 am called 'Yoga'.",
+    "Could you set a 'Bake bread' alarm at 06:55?",
+    "Set an alarm for 5:45 named 'Flight'.",
+    "I need an alarm at 9 pm labelled 'Call mum'.",
+    "Wake me up at 6 tomorrow morning.",
+    "Add an alarm for 7:10 called 'School run'.",
 ]
+CURRENCY_FAILURES = [
+    "What's the exchange rate from JPY to CAD?",
+    "How many euros is 250 dollars?",
+    "Convert 80 pounds into yen.",
+    "What are 1,000 Swiss francs in US dollars?",
+    "Change 45 euros to pounds, please.",
+    "How much is 300 CAD in euros?",
+]
+"""Requests each adapter's capability was diagnosed on: its routing profile, with its
+definition (the benchmark's own requests are worded otherwise)."""
+LABELS = ("gym", "pills", "standup", "laundry", "pick up kids", "dentist", "meds", "train")
+CURRENCIES = ("US dollars", "euros", "pounds", "yen", "Swiss francs", "Canadian dollars")
+PAIRS = [(a, b) for a in CURRENCIES for b in CURRENCIES if a != b]
+CITIES = (
+    "Lisbon", "Oslo", "Nairobi", "Lima", "Osaka", "Perth", "Quebec", "Tbilisi", "Cork", "Hanoi",
+    "Accra", "Bergen", "Cusco", "Dakar", "Fez", "Graz", "Hobart", "Izmir", "Jaipur", "Kyoto",
+)  # fmt: skip
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")  # fmt: skip
+WEEKDAYS = ("tomorrow", "on Monday", "on Tuesday", "on Wednesday", "on Thursday", "on Friday",
+            "on Saturday")  # fmt: skip
+LATENCY_CONVERSATIONS = 4 * 15_000
+"""The latency phase's conversations are numbered from here, the load generator's below."""
+
+
+def opening(n: int) -> str:
+    """The first request of conversation `n`: four kinds in turn, each worded afresh, no two
+    alike below 4 x 20,000 (so MiniLM's cache of seen texts never stands in for its cost)."""
+    kind, k = n % 4, n // 4
+    at = f"{k % 1440 // 60}:{k % 60:02d}"
+    if kind == 0:
+        label = LABELS[k // 1440 % len(LABELS)]
+        return (
+            f"Set an alarm for {at} labelled {label}.",
+            f"Can you put in an alarm at {at} called '{label}'?",
+            f"Alarm at {at} please, name it {label}.",
+        )[k // (1440 * len(LABELS)) % 3]
+    if kind == 1:
+        amount, (a, b) = 5 + k % 1995, PAIRS[k // 1995 % len(PAIRS)]
+        return (
+            f"Convert {amount} {a} to {b}.",
+            f"How much is {amount} {a} in {b}?",
+            f"What do {amount} {a} come to in {b}?",
+        )[k // (1995 * len(PAIRS)) % 3]
+    if kind == 2:
+        city, month = CITIES[k % len(CITIES)], MONTHS[k // len(CITIES) % 12]
+        when = f"on {month} {1 + k // (len(CITIES) * 12) % 28}"
+        return (
+            f"What is the weather in {city} {when}?",
+            f"Will it rain in {city} {when}?",
+            f"How warm will {city} be {when}?",
+        )[k // (len(CITIES) * 12 * 28) % 3]
+    day = WEEKDAYS[k // 1440 % len(WEEKDAYS)]
+    return (
+        f"Wake me at {at} {day}.",
+        f"Please wake me up at {at} {day}.",
+        f"I have to be up at {at} {day}.",
+    )[k // (1440 * len(WEEKDAYS)) % 3]
+
+
+def conversation(n: int, turn: int) -> list[dict[str, str]]:
+    """The messages of conversation `n`'s request number `turn` (0: it opens)."""
+    messages = [{"role": "user", "content": opening(n)}]
+    for _ in range(turn):
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "thanks"},
+        ]
+    return messages
 
 
 def pct(values: list[float], q: float) -> float:
@@ -62,9 +140,99 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def _setup(store: Store) -> str:
+    """The tenant, its agent and two production adapters; the tenant's key."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "bench")
+    async with store.tenant("bench") as session:
+        key = await issue_api_key(session, "bench")
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        ids = []
+        for skill, definition, failures in (
+            ("set_alarms", "Sets an alarm at the time the user asks for.", ALARM_FAILURES),
+            ("convert_currency", "Converts money between currencies.", CURRENCY_FAILURES),
+        ):
+            # the requests it was diagnosed on are part of its routing profile
+            failed = [
+                Trajectory(agent_id=agent.id, messages=[{"role": "user", "content": text}])
+                for text in failures
+            ]
+            session.add_all(failed)
+            await session.flush()
+            cap = Capability(
+                agent_id=agent.id,
+                name=skill,
+                definition=definition,
+                evidence={"failed_examples": [str(t.id) for t in failed]},
+            )
+            session.add(cap)
+            await session.flush()
+            adapter = Adapter(
+                agent_id=agent.id, capability_id=cap.id, name=f"bot--{skill}", base_model="smollm2"
+            )
+            session.add(adapter)
+            await session.flush()
+            ids.append(str(adapter.id))
+        agent.production_adapters = ids
+    return key
+
+
+async def _routers(
+    args: argparse.Namespace, schema: str, upstream: str
+) -> list[asyncio.subprocess.Process]:
+    """`args.routers` router processes on one port, each started (its embedders loaded)."""
+    env = {
+        **os.environ,
+        "RETRACE_DATABASE_URL": args.database_url,
+        "RETRACE_DATABASE_SCHEMA": schema,
+        "RETRACE_DATABASE_POOL_SIZE": "5",
+        "RETRACE_NATS_URL": args.nats_url,
+        "RETRACE_NATS_SUBJECT_PREFIX": f"b{schema}",
+        "RETRACE_NATS_STREAM_PREFIX": schema.upper(),
+        "RETRACE_HTTP_PORT": str(args.port),
+        "RETRACE_HTTP_REUSE_PORT": "true",
+        "RETRACE_MODEL_URL": upstream,
+        "RETRACE_ROUTER_MODE": args.mode,
+        "RETRACE_ROUTER_EMBEDDER": args.embedder,
+        "RETRACE_ROUTER_CACHE_S": str(args.cache_s),
+        "RETRACE_LOG_FORMAT": "json",
+    }
+    procs = []
+    for _ in range(args.routers):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.router", env=env, stderr=asyncio.subprocess.PIPE
+        )
+        assert proc.stderr is not None
+        async with asyncio.timeout(120):
+            while b"service started" not in (line := await proc.stderr.readline()):
+                if not line:
+                    raise RuntimeError(f"a router did not start (exit {await proc.wait()})")
+        DRAINS.append(asyncio.create_task(_drain(proc)))  # later logs must not fill the pipe
+        procs.append(proc)
+    return procs
+
+
+DRAINS: list[asyncio.Task[None]] = []
+
+
+async def _drain(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stderr is not None
+    while await proc.stderr.readline():
+        pass
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
-    async def chat(_: web.Request) -> web.Response:
-        return web.json_response(REPLY)
+    async def chat(request: web.Request) -> web.StreamResponse:
+        if not (await request.json()).get("stream"):
+            return web.json_response(REPLY)
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for piece in ("Do", "ne."):
+            chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+            await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
 
     async def models(_: web.Request) -> web.Response:
         # every adapter is loaded: the router's reload check passes without reloading
@@ -80,68 +248,61 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     await upgrade_async(args.database_url, schema)
     db = DatabaseConfig(url=args.database_url, schema=schema, pool_size=5)
     store = Store.connect(db, args.database_url)
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "bench")
-    async with store.tenant("bench") as session:
-        key = await issue_api_key(session, "bench")
-        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
-        ids = []
-        for skill, definition in (
-            ("set_alarms", "Sets an alarm at the time the user asks for."),
-            ("convert_currency", "Converts money between currencies."),
-        ):
-            cap = Capability(agent_id=agent.id, name=skill, definition=definition)
-            session.add(cap)
-            await session.flush()
-            adapter = Adapter(
-                agent_id=agent.id, capability_id=cap.id, name=f"bot--{skill}", base_model="smollm2"
-            )
-            session.add(adapter)
-            await session.flush()
-            ids.append(str(adapter.id))
-        agent.production_adapters = ids
-    await store.close()
-    cfg = RouterConfig(
-        nats=NatsConfig(
-            url=args.nats_url, subject_prefix=f"b{schema}", stream_prefix=schema.upper()
-        ),
-        database=db,
-        http=HttpConfig(port=args.port),
-        model=ModelConfig(url=f"http://127.0.0.1:{upstream.port}/v1"),
-        cache_s=args.cache_s,
-        mode=args.mode,
-        embedder=args.embedder,
-    )
-    service = build(cfg)
-    run = asyncio.create_task(service.run())
-    for _ in range(300):  # up to 30 s for the service to become healthy
-        if (await service.health()).status == "ok":
-            break
-        await asyncio.sleep(0.1)
+    try:
+        key = await _setup(store)
+        routers = await _routers(args, schema, f"http://127.0.0.1:{upstream.port}/v1")
+        try:
+            assert upstream.port is not None
+            latency = await _latency(args, key, upstream.port)
+            streaming = await _first_tokens(args, key, upstream.port)
+            sustained = {
+                "direct": await _sustained(
+                    f"http://127.0.0.1:{upstream.port}/v1/chat/completions", "", args
+                ),
+                "router": await _sustained(
+                    f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args
+                ),
+            }
+        finally:
+            for proc in routers:  # a router writes every answered turn before it stops
+                proc.send_signal(signal.SIGTERM)
+            codes = [await proc.wait() for proc in routers]
+        async with store.tenant("bench") as session:
+            recorded = await session.scalar(select(func.sum(Conversation.turns)))
+            mode = func.coalesce(Conversation.route["mode"].astext, "-")
+            routes = {
+                str(m): int(n)
+                for m, n in await session.execute(select(mode, func.count()).group_by(mode))
+            }
+    finally:
+        await store.close()
+        await upstream.close()
+        await _drop(args.database_url, schema)
+    answered = args.requests + args.streams + int(sustained["router"]["requests"])
+    return {
+        **latency,
+        "streaming": streaming,
+        "sustained": sustained,
+        "routers": args.routers,
+        "router_exit_codes": codes,
+        "turns_answered": answered,
+        "turns_recorded": int(recorded or 0),
+        "new_conversations_by_route": routes,
+    }
+
+
+async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> dict[str, object]:
+    """`args.requests` requests one at a time, each straight to the endpoint, then through
+    the router: new and continued conversations alternating."""
     direct: list[float] = []
-    last: list[dict[str, str]] = []
     routed: list[float] = []
     headers = {"Authorization": f"Bearer {key}"}
     async with aiohttp.ClientSession() as http:
-        # warm-up: the embedding model loads on first use
-        await http.post(
-            f"http://127.0.0.1:{args.port}/v1/chat/completions",
-            json={"model": "bot", "messages": [{"role": "user", "content": "warm up"}]},
-            headers=headers,
-        )
         for i in range(args.requests):
-            text = f"{REQUESTS[i % len(REQUESTS)]} (#{i // 2})"
-            messages = [{"role": "user", "content": text}]
-            if i % 2:  # continue the previous conversation
-                messages = [
-                    *last,
-                    {"role": "assistant", "content": "Done."},
-                    {"role": "user", "content": "thanks"},
-                ]
-            body = {"model": "bot", "messages": messages}
+            body = {"model": "bot", "messages": conversation(LATENCY_CONVERSATIONS + i // 2, i % 2)}
             started = time.perf_counter()
             async with http.post(
-                f"http://127.0.0.1:{upstream.port}/v1/chat/completions", json=body
+                f"http://127.0.0.1:{upstream_port}/v1/chat/completions", json=body
             ) as r:
                 await r.read()
             direct.append(time.perf_counter() - started)
@@ -152,23 +313,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 await r.read()
                 assert r.status == 200, await r.text()
             routed.append(time.perf_counter() - started)
-            last = [{"role": "user", "content": text}]
-    sustained = {
-        "direct": await _sustained(
-            f"http://127.0.0.1:{upstream.port}/v1/chat/completions", "", args
-        ),
-        "router": await _sustained(f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args),
-    }
-    service.stop()
-    await run  # the router writes every answered turn before it stops
-    await upstream.close()
-    store = Store.connect(db, args.database_url)
-    async with store.tenant("bench") as session:
-        recorded = await session.scalar(select(func.sum(Conversation.turns)))
-    await store.close()
-    answered = 1 + args.requests + int(sustained["router"]["requests"])
     added = [b - a for a, b in zip(direct, routed, strict=True)]
-    result = {
+    return {
         "requests": args.requests,
         "direct_ms": {"p50": pct(direct, 0.5) * 1000, "p99": pct(direct, 0.99) * 1000},
         "router_ms": {"p50": pct(routed, 0.5) * 1000, "p99": pct(routed, 0.99) * 1000},
@@ -179,11 +325,49 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         },
         "new_conversation_added_ms_p50": pct(added[0::2], 0.5) * 1000,
         "continued_added_ms_p50": pct(added[1::2], 0.5) * 1000,
-        "sustained": sustained,
-        "turns_answered": answered,
-        "turns_recorded": int(recorded or 0),
     }
-    return result
+
+
+async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) -> dict[str, float]:
+    """Time to the first streamed chunk, straight and through the router, for `args.streams`
+    streamed requests (new and continued conversations alternating)."""
+    direct: list[float] = []
+    routed: list[float] = []
+    headers = {"Authorization": f"Bearer {key}"}
+    first = LATENCY_CONVERSATIONS + args.requests
+    async with aiohttp.ClientSession() as http:
+        for i in range(args.streams):
+            messages = conversation(first + i // 2, i % 2)
+            body = {"model": "bot", "messages": messages, "stream": True}
+            for port, times, auth in (
+                (upstream_port, direct, {}),
+                (args.port, routed, headers),
+            ):
+                started = time.perf_counter()
+                async with http.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", json=body, headers=auth
+                ) as r:
+                    assert r.status == 200, await r.text()
+                    while not (await r.content.readline()).startswith(b"data:"):
+                        pass
+                    times.append(time.perf_counter() - started)
+                    await r.read()
+    added = [b - a for a, b in zip(direct, routed, strict=True)]
+    return {
+        "streams": args.streams,
+        "direct_first_token_ms_p50": pct(direct, 0.5) * 1000,
+        "router_first_token_ms_p50": pct(routed, 0.5) * 1000,
+        "added_first_token_ms_p50": pct(added, 0.5) * 1000,
+        "added_first_token_ms_p50_continued": pct(added[1::2], 0.5) * 1000,
+        "added_first_token_ms_p50_new": pct(added[0::2], 0.5) * 1000,
+    }
+
+
+async def _drop(database_url: str, schema: str) -> None:
+    store = Store.connect(DatabaseConfig(url=database_url, schema=schema), database_url)
+    async with store.engine.begin() as conn:
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await store.close()
 
 
 async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, float]:
@@ -202,8 +386,8 @@ async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, 
 
 
 async def load(url: str, key: str, concurrency: int, duration: float) -> dict[str, float]:
-    """`concurrency` clients in a closed loop for `duration` s: new and continued
-    conversations alternating, as in the latency phase."""
+    """`concurrency` clients in a closed loop for `duration` s: each opens a conversation,
+    then continues it once, and opens the next."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     done = failed = 0
     latencies: list[float] = []
@@ -213,15 +397,7 @@ async def load(url: str, key: str, concurrency: int, duration: float) -> dict[st
         nonlocal done, failed
         i = 0
         while time.perf_counter() < deadline:
-            opened = i - i % 2  # an odd request continues the conversation the even one opened
-            messages = [
-                {"role": "user", "content": f"{REQUESTS[opened % len(REQUESTS)]} ({n}/{opened})"}
-            ]
-            if i % 2:
-                messages += [
-                    {"role": "assistant", "content": "Done."},
-                    {"role": "user", "content": "thanks"},
-                ]
+            messages = conversation(n + concurrency * (i // 2), i % 2)
             started = time.perf_counter()
             async with http.post(
                 url, json={"model": "bot", "messages": messages}, headers=headers
@@ -250,6 +426,9 @@ async def load(url: str, key: str, concurrency: int, duration: float) -> dict[st
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument(
+        "--streams", type=int, default=100, help="streamed requests for time to first token"
+    )
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--port", type=int, default=18080)
@@ -267,7 +446,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--mode", default="embedding", help="the router's RETRACE_ROUTER_MODE (base: no routing)"
     )
-    parser.add_argument("--embedder", default="minilm", help="RETRACE_ROUTER_EMBEDDER")
+    parser.add_argument("--embedder", default="cascade", help="RETRACE_ROUTER_EMBEDDER")
+    parser.add_argument("--routers", type=int, default=1, help="router processes on the port")
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()

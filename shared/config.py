@@ -120,6 +120,10 @@ class HttpConfig(msgspec.Struct, kw_only=True, frozen=True):
     arriving) is closed (`RETRACE_HTTP_IDLE_TIMEOUT_S`)."""
     body_timeout_s: Seconds = BODY_TIMEOUT_S
     """A request body must arrive within this (408 after; `RETRACE_HTTP_BODY_TIMEOUT_S`)."""
+    reuse_port: bool = False
+    """Let several processes of one service listen on the same port, the kernel sharing
+    the connections (`RETRACE_HTTP_REUSE_PORT`: the router on more cores). Each process
+    answers `/healthz` and `/metrics` for itself."""
 
 
 class LogConfig(msgspec.Struct, kw_only=True, frozen=True):

@@ -99,8 +99,10 @@ class StaticMiniLM:
     One text costs 0.06 ms against 5 to 10 ms for MiniLM itself. Measured on the routing
     benchmark (`benchmarks/static_routing.py`, docs/benchmarks.md), it picks the right kind
     among 16 more often than MiniLM, but tells a request that belongs to no adapter far less
-    well: routing's confidence threshold then sends many of those to an adapter. Opt-in
-    (`RETRACE_ROUTER_EMBEDDER=static`) where every request is one of the adapters' kinds.
+    well: routing's confidence threshold then sends many of those to an adapter. So routing
+    trusts it alone only above a bar of its own, MiniLM deciding below it (the `cascade`
+    embedder, `shared.routing.modes.EmbeddingRouting`), or everywhere where every request
+    is one of the adapters' kinds (`RETRACE_ROUTER_EMBEDDER=static`).
     The table (30,522 x 384) is built from the packaged model on first use (10 s on 2 cores)
     and kept under `cache_dir`."""
 

@@ -55,7 +55,7 @@ from shared.messages import (
     SynthesisFailed,
     TrainingFailed,
 )
-from shared.routing.modes import BaseOnly, EmbeddingRouting, RoutingMode
+from shared.routing.modes import BaseOnly, RoutingMode, embedding_routing
 from shared.store.models import Adapter, Agent, Cycle, TrainingJob
 
 log = get_logger(__name__)
@@ -66,9 +66,7 @@ class EvaluatorHandlers:
         self.cfg = cfg
         if mode is None:
             mode = (
-                EmbeddingRouting(
-                    embeddings.routing_embedder(cfg.routing_embedder), cfg.min_confidence
-                )
+                embedding_routing(cfg.routing_embedder, cfg.min_confidence)
                 if embeddings.available()
                 else BaseOnly()
             )

@@ -19,12 +19,14 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    embedder: Literal["minilm", "static"] = "minilm"
-    """The text similarity of the `embedding` and `learned` modes: `minilm` (the model, 5 to
-    10 ms a new conversation) or `static` (its token vectors averaged, 0.06 ms; it picks
-    among adapters well but sends many unrelated requests to one, so only where every
-    request belongs to some adapter: docs/benchmarks.md). Keep the evaluator's
-    `routing_embedder` equal."""
+    embedder: Literal["cascade", "minilm", "static"] = "cascade"
+    """The text similarity of the `embedding` mode: `minilm` (the model, 5 to 12 ms of CPU
+    a new conversation), `static` (its token vectors averaged, 0.06 ms; it picks among
+    adapters well but sends many unrelated requests to one, so only where every request
+    belongs to some adapter) or `cascade` (static where its best score is high enough that
+    no unrelated request reached it, MiniLM for the rest: docs/benchmarks.md). `learned`
+    compares with MiniLM except under `static`. Keep the evaluator's `routing_embedder`
+    equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""
     min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5

@@ -30,7 +30,6 @@ from services.router.config import RouterConfig
 from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
 from services.router.recorder import STORE_ERRORS, Answered, Opening, Recorder, Turn
-from shared.embeddings import routing_embedder
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
@@ -46,6 +45,7 @@ from shared.routing.modes import (
     Example,
     LearnedRouting,
     RoutingMode,
+    embedding_routing,
 )
 from shared.routing.profiles import first_user_text, profiles
 from shared.runtime.deadlines import read_body
@@ -134,7 +134,7 @@ class RouterApp:
         self.served = Served(self.client)
         self.mode: RoutingMode
         if cfg.mode in ("embedding", "learned"):
-            self.mode = EmbeddingRouting(routing_embedder(cfg.embedder), cfg.min_confidence)
+            self.mode = embedding_routing(cfg.embedder, cfg.min_confidence)
         elif cfg.mode == "classifier":
             self.mode = ClassifierRouting(self.client, cfg.classifier_model, cfg.min_confidence)
         else:
@@ -427,8 +427,9 @@ class RouterApp:
         examples = ((agent.config or {}).get("router") or {}).get("examples") or []
         if self.cfg.mode != "learned" or not examples:
             return self.mode
+        assert isinstance(self.mode, EmbeddingRouting)
         return LearnedRouting(
-            routing_embedder(self.cfg.embedder),
+            self.mode.embedder,
             [Example(str(e["text"]), e.get("adapter")) for e in examples],
             self.cfg.min_confidence,
         )
@@ -594,7 +595,8 @@ class RouterApp:
         self.recorder.start()
         if self.cfg.mode in ("embedding", "learned"):
             # loaded before the first request (the static table built on a first run, 10 s)
-            await asyncio.to_thread(routing_embedder(self.cfg.embedder).embed, ["warm up"])
+            assert isinstance(self.mode, EmbeddingRouting)
+            await asyncio.to_thread(self.mode.warm)
         if self.cfg.cache_s > 0:
             self._feed = ChangeFeed(
                 asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self._changed

