@@ -21,11 +21,13 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from shared.embeddings import Embedder, MiniLM, StaticMiniLM
 from shared.envs.registry import get_environment
+from shared.routing.modes import QUICK_CONFIDENCE
 
 ENVIRONMENTS = ("toolbox", "helpdesk", "hotel-desk")
 THRESHOLD = 0.5
@@ -53,9 +55,55 @@ UNRELATED = (
 )
 
 
+UNRELATED_HELD_OUT = (
+    "Can you help me write a cover letter for a nursing job?",
+    "What's the difference between TCP and UDP?",
+    "I need a recipe for vegan lasagna.",
+    "How long should I boil an egg for a runny yolk?",
+    "Explain how a bill becomes a law in the US.",
+    "What are the symptoms of dehydration?",
+    "Suggest a name for my new puppy.",
+    "How do I center a div in CSS?",
+    "What's a good stretching routine after running?",
+    "Who won the 2018 football World Cup?",
+    "Write a short poem about the sea.",
+    "What is the boiling point of water at high altitude?",
+    "Can you explain what a mortgage is?",
+    "Give me a fun fact about octopuses.",
+    "How many calories are in a banana?",
+    "What does 'carpe diem' mean?",
+    "Help me plan a birthday party for a ten-year-old.",
+    "Why do cats purr?",
+    "What is the tallest mountain in Africa?",
+    "How do I change a flat tyre on a bicycle?",
+    "Tell me about the history of the Roman Empire.",
+    "What's the best way to learn a new language?",
+    "Can you proofread this sentence: their going to the park tomorow.",
+    "How does compound interest work?",
+    "List three famous paintings by Van Gogh.",
+    "What should I pack for a week of camping?",
+    "Is it safe to eat raw cookie dough?",
+    "Explain photosynthesis to a child.",
+    "How do I write a for loop in Python?",
+    "What's the plot of The Great Gatsby?",
+    "good evening!",
+    "thanks, that's all",
+    "Are you a robot?",
+    "What's your favourite colour?",
+    "Recommend a board game for four players.",
+    "How far is the Moon from the Earth?",
+    "What is the GDP of Japan?",
+    "How do noise-cancelling headphones work?",
+    "Describe the rules of chess briefly.",
+    "What's the square root of 144?",
+)
+"""Written after the cascade's bar (0.82) was chosen on `UNRELATED` and the test requests:
+the check that no request of no adapter's kind reaches it."""
+
+
 def requests() -> list[tuple[str, str, str]]:
     """(kind, split, opening request) of every task of the environments."""
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     for name in ENVIRONMENTS:
         env = get_environment(name)
         for task in env.tasks():
@@ -84,6 +132,10 @@ def score(embedder: Embedder, rows: list[tuple[str, str, str]]) -> dict[str, obj
         max(float((m @ q).max()) for m in matrices.values())
         for q in np.asarray(embedder.embed(list(UNRELATED)))
     ]
+    held_out = [
+        max(float((m @ q).max()) for m in matrices.values())
+        for q in np.asarray(embedder.embed(list(UNRELATED_HELD_OUT)))
+    ]
     started = time.perf_counter()
     for i in range(200):
         embedder.embed([f"Wake me at {i} tomorrow please"])
@@ -93,11 +145,43 @@ def score(embedder: Embedder, rows: list[tuple[str, str, str]]) -> dict[str, obj
         "accuracy": right / len(queries),
         "test_requests_over_threshold": sum(b >= THRESHOLD for b in best) / len(best),
         "unrelated_over_threshold": sum(b >= THRESHOLD for b in off) / len(off),
+        "held_out_unrelated_over_threshold": sum(b >= THRESHOLD for b in held_out) / len(held_out),
         "test_best_similarity_median": float(np.median(best)),
         "unrelated_best_similarity_median": float(np.median(off)),
         "per_text_ms_batched": per_text_ms,
         "one_query_ms": (time.perf_counter() - started) / 200 * 1000,
         "chosen": chosen,
+        "best": best,
+        "truth": [k for k, _ in queries],
+        "unrelated_best": off + held_out,
+    }
+
+
+def cascade(minilm: dict[str, Any], static: dict[str, Any]) -> dict[str, object]:
+    """The `cascade` embedder's decisions, from the two embedders' own: static's choice
+    where its best similarity reaches `QUICK_CONFIDENCE`, MiniLM's (with the threshold)
+    elsewhere."""
+    queries = static["truth"]
+    quick = [b >= QUICK_CONFIDENCE for b in static["best"]]
+    picks = [
+        sc if q else (mc if mb >= THRESHOLD else None)
+        for q, sc, mc, mb in zip(
+            quick, static["chosen"], minilm["chosen"], minilm["best"], strict=True
+        )
+    ]
+    wrong_off = [
+        sb >= QUICK_CONFIDENCE or mb >= THRESHOLD
+        for sb, mb in zip(static["unrelated_best"], minilm["unrelated_best"], strict=True)
+    ]
+    return {
+        "quick_confidence": QUICK_CONFIDENCE,
+        "accuracy": sum(p == k for p, k in zip(picks, queries, strict=True)) / len(picks),
+        "test_requests_decided_by_static": sum(quick) / len(quick),
+        "unrelated_sent_to_an_adapter": f"{sum(wrong_off)}/{len(wrong_off)}",
+        "unrelated_over_quick_confidence_under_static": sum(
+            b >= QUICK_CONFIDENCE for b in static["unrelated_best"]
+        ),
+        "highest_unrelated_static_similarity": max(static["unrelated_best"]),
     }
 
 
@@ -116,7 +200,13 @@ def main() -> None:
         for a, b in zip(results["minilm"]["chosen"], results["static"]["chosen"], strict=True)  # type: ignore[call-overload]
     ]
     out = {
-        **{name: {k: v for k, v in r.items() if k != "chosen"} for name, r in results.items()},
+        **{
+            name: {
+                k: v for k, v in r.items() if k not in ("chosen", "best", "truth", "unrelated_best")
+            }
+            for name, r in results.items()
+        },
+        "cascade": cascade(results["minilm"], results["static"]),
         "agreement": sum(agree) / len(agree),
         "static_load_s": load_s,
     }
