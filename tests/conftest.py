@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -93,5 +94,13 @@ def service_cfg(
             shutdown_grace=5.0,
             fetch_timeout=0.2,
         ),
-        http=HttpConfig(port=0),
+        # a free port: 0 is each service's default, which a test on the other xdist
+        # worker starting the same service would hold at the same time
+        http=HttpConfig(port=free_port()),
     )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -29,7 +29,7 @@ from sqlalchemy import select
 from services.router.config import RouterConfig
 from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
-from services.router.recorder import STORE_ERRORS, Answered, Opening, Recorder, Turn
+from services.router.recorder import Answered, Opening, Recorder, Turn
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
@@ -52,6 +52,7 @@ from shared.runtime.deadlines import read_body
 from shared.runtime.service import Service
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
+from shared.store.engine import STORE_ERRORS
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
 from shared.store.tenants import hash_key, live_key
 

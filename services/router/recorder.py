@@ -22,28 +22,21 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 import msgspec
 from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from services.router.conversations import Known
 from shared.logging import get_logger
 from shared.store import Store
+from shared.store.engine import STORE_ERRORS
 from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
 
 log = get_logger(__name__)
 
-STORE_ERRORS = (
-    SQLAlchemyError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
-)
-"""What a store that cannot serve a request raises (a client that hangs up is not one)."""
 DATA_ERRORS = (IntegrityError, DataError)
 """What a store that works raises for rows it refuses (a key or agent deleted meanwhile)."""
 

@@ -25,6 +25,7 @@ SERVICES: dict[str, int] = {
     "train": 8104,
     "evaluator": 8105,
     "router": 8080,
+    "api": 8090,
 }
 """Every service and its default HTTP port."""
 

@@ -1,6 +1,6 @@
 """`retrace demo`: one whole TRACE cycle on a fresh machine, on the embedded defaults.
 
-Starts `retrace up` (embedded NATS and Postgres, the six services, the packaged
+Starts `retrace up` (embedded NATS and Postgres, the seven services, the packaged
 Qwen2.5-Coder-0.5B-Instruct served on CPU unless `RETRACE_MODEL_URL` names an endpoint),
 registers the agent `demo-bot` on toolbox, runs `retrace improve` with a CPU budget (stated
 up front), prints the report, writes it as Markdown and plots, and stops everything it

@@ -9,16 +9,14 @@ from datetime import UTC, datetime
 
 import click
 import msgspec
-from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from shared import cycle as machine
 from shared.bus import NatsBus
 from shared.cli.context import load_settings, make_console, open_store, urls
-from shared.cycle import State
 from shared.messages import CycleCompleted
-from shared.store.models import Cycle, TrainingJob, Work
+from shared.store import work as store_work
+from shared.store.models import Cycle, Work
 
 console = make_console()
 
@@ -97,54 +95,11 @@ async def running(session: AsyncSession, cycle_id: uuid.UUID | None = None) -> l
 async def cancel(
     session: AsyncSession, target: uuid.UUID
 ) -> tuple[str, list[uuid.UUID], Cycle | None]:
-    """Cancel a cycle (it fails, saying so; its running jobs are flagged) or one job (a
-    running rollout batch, training job or prompt optimisation, or a training job not
-    started yet). Returns what was cancelled, the jobs flagged, and the cycle that ended."""
-    cycle = await session.get(Cycle, target, with_for_update=True)
-    if cycle is not None:
-        if cycle.state in machine.ENDED:
-            raise click.ClickException(f"cycle {target} has already ended ({cycle.state})")
-        machine.move(cycle, State.FAILED, machine.CANCEL)
-        cycle.reason = cycle.error = "cancelled (retrace cancel)"
-        flagged = list(
-            await session.scalars(
-                update(Work)
-                .where(Work.cycle_id == target, Work.state == "running")
-                .values(cancel_requested=True)
-                .returning(Work.id)
-            )
-        )
-        return f"cycle {target}", flagged, cycle
-    work = await session.get(Work, target, with_for_update=True)
-    if work is not None:
-        if work.state != "running":
-            raise click.ClickException(f"{work.kind} {target} is not running ({work.state})")
-        work.cancel_requested = True
-        return f"{work.kind} {target} ({work.label})", [target], None
-    job = await session.get(TrainingJob, target)
-    if job is not None and job.status == "queued":
-        # not claimed yet: the worker that takes it finds it cancelled and ends it at once
-        await session.execute(
-            insert(Work)
-            .values(
-                id=job.id,
-                tenant_id=job.tenant_id,
-                kind="prompt" if job.config.get("kind") == "gepa" else "training",
-                label="",
-                cycle_id=job.cycle_id,
-                done=0,
-                total=0,
-                unit="steps",
-                state="running",
-                cancel_requested=True,
-            )
-            .on_conflict_do_update(index_elements=[Work.id], set_={"cancel_requested": True})
-        )
-        return f"training job {target} (not started)", [target], None
-    raise click.ClickException(
-        f"no active cycle, running job or pending training job {target} "
-        "(see `retrace status` for the ids)"
-    )
+    """`shared.store.work.cancel`, its refusal as the CLI's one-line error."""
+    try:
+        return await store_work.cancel(session, target)
+    except store_work.NotCancellableError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 async def run_cancel(tenant: str, target: uuid.UUID) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -19,6 +21,15 @@ from shared.errors import ConfigError
 from shared.store import scope  # noqa: F401  (installs the tenant-scoping listeners)
 from shared.store.scope import CROSS_TENANT_KEY, TENANT_KEY
 from shared.subjects import validate_tenant
+
+STORE_ERRORS = (
+    SQLAlchemyError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
+)
+"""What a store that cannot serve a request raises (a client that hangs up is not one): an
+HTTP surface answers these with a 503 and `Retry-After`."""
 
 
 def async_url(url: str) -> str:

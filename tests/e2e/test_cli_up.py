@@ -1,4 +1,4 @@
-"""The real CLI on the embedded defaults: `retrace up` starts all six services, `retrace status`
+"""The real CLI on the embedded defaults: `retrace up` starts all seven services, `retrace status`
 reports them healthy, and the control-plane commands work against them."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ COMPOSE_FILE = ROOT / "compose.yaml"
 SCHEMA_FILE = ROOT / "tests" / "data" / "compose-spec.json"
 SERVICES_DIR = ROOT / "services"
 
-# The six services and their default HTTP ports (router's is also the public API).
+# The services and their default HTTP ports (the router's and the control API's are public).
 EXPECTED_PORTS = {
     "router": 8080,
     "rollout": 8101,
@@ -40,6 +40,7 @@ EXPECTED_PORTS = {
     "synthesize": 8103,
     "train": 8104,
     "evaluator": 8105,
+    "api": 8090,
 }
 ARTIFACT_DIR = "/var/lib/retrace/artifacts"
 ARTIFACT_USERS = {"train", "router", "evaluator"}
@@ -348,10 +349,10 @@ def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:
         isinstance(p, dict) and p.get("target") == 8080 and p.get("published") == 8080
         for p in ports
     ), ports
-    # Only the router (public API) and vllm publish ports to the host.
+    # Only the public APIs (the router, the control API) and vllm publish ports.
     for name, svc in services.items():
         if svc.get("ports"):
-            assert name in {"router", "vllm"}, f"{name} publishes {svc['ports']}"
+            assert name in {"router", "api", "vllm"}, f"{name} publishes {svc['ports']}"
 
 
 def test_artifact_volume_is_shared(compose: dict[str, Any], services: dict[str, Any]) -> None:

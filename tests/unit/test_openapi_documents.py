@@ -13,6 +13,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from services.api.config import ApiConfig
+from services.api.service import build as build_api
 from services.router.config import RouterConfig
 from services.router.service import build as build_router
 from shared.envs.remote.server import environment_app
@@ -35,6 +37,11 @@ def _router_app() -> web.Application:
     return build_app(service.metrics, service.health, service.routes, None)
 
 
+def _api_app() -> web.Application:
+    service = build_api(ApiConfig())
+    return build_app(service.metrics, service.health, service.routes, None)
+
+
 def _model_server_app() -> web.Application:
     # the routes only: a stand-in for the engine, whose real counterpart the model tests load
     embeddings = SimpleNamespace(num_embeddings=10)
@@ -52,6 +59,7 @@ def _environment_app() -> web.Application:
     ("make", "name"),
     [
         (_router_app, "openapi-router.json"),
+        (_api_app, "openapi-api.json"),
         (_model_server_app, "openapi-model-server.json"),
         (_environment_app, "environment-http.json"),
     ],

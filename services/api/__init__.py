@@ -1,0 +1,1 @@
+"""The control API: tenants drive retrace over HTTP with their API keys."""

@@ -1,0 +1,587 @@
+"""The control API's routes: what a tenant does with retrace, over HTTP with its API key.
+
+Every `/v1` route needs a tenant's key (`Authorization: Bearer ...`) and sees only that
+tenant's rows: sessions are opened for the key's tenant, so another tenant's object is
+"not found" (404), never "forbidden", and its existence is never told. `/v1/admin` routes
+need the operator's key instead (`RETRACE_API_ADMIN_KEY`; without one they answer 404).
+Errors are JSON in the shape the router uses (`{"error": {"message", "type", "code"}}`);
+lists are paged (`limit`, `cursor`; see paging.py). Long work never runs here: a cycle is
+requested over the bus (the evaluator runs it), and followed by reading the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+from sqlalchemy import select
+
+from services.api import paging
+from services.api.config import ApiConfig
+from services.api.schema import (
+    AdapterList,
+    AdapterOut,
+    AgentCreate,
+    AgentList,
+    AgentOut,
+    AgentUpdate,
+    CapabilityList,
+    CapabilityOut,
+    CycleList,
+    CycleOut,
+    CycleStart,
+    Deleted,
+    EnvironmentList,
+    EnvironmentOut,
+    KeyCreated,
+    KeyList,
+    KeyOut,
+    TenantCreate,
+    TenantList,
+    TenantOut,
+    TrajectoryList,
+    TrajectoryOut,
+    WorkOut,
+)
+from shared.cycle import ENDED
+from shared.envs.registry import available, get_environment
+from shared.errors import PermanentError, RetryableError
+from shared.llm.errors_http import carries_key, json_errors, openai_error
+from shared.logging import get_logger
+from shared.messages import CycleCompleted, CycleRequested
+from shared.runtime.service import Service
+from shared.store.agents import (
+    AgentBusyError,
+    AgentExistsError,
+    AgentNotFoundError,
+    create_agent,
+    delete_agent,
+    get_agent,
+)
+from shared.store.engine import STORE_ERRORS
+from shared.store.models import (
+    Adapter,
+    Agent,
+    Capability,
+    Cycle,
+    Environment,
+    Tenant,
+    Trajectory,
+    Work,
+)
+from shared.store.tenants import (
+    TenantExistsError,
+    UnknownKeyError,
+    create_tenant,
+    issue_api_key,
+    list_api_keys,
+    live_key,
+    revoke_api_key,
+)
+from shared.store.work import NotCancellableError, cancel
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+TENANT = web.RequestKey("tenant", str)
+Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error(status: int, message: str, kind: str | None = None) -> web.Response:
+    headers = {"Retry-After": "2"} if status == 503 else None
+    return openai_error(status, message, kind, headers=headers)
+
+
+def ok(body: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(body), status=status, content_type="application/json"
+    )
+
+
+class Refused(Exception):
+    """A request the API answers with an error (`status`, `message`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def body(request: web.Request, kind: type[T]) -> T:
+    """The request's JSON body as `kind`, or a 400 naming what was wrong."""
+    raw = await request.read()
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise Refused(400, f"invalid request body: {str(exc)[:500]}") from None
+
+
+def uuid_of(raw: str, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise Refused(404, f"no {what} {raw[:80]!r}") from None
+
+
+def query_uuid(request: web.Request, name: str) -> uuid.UUID | None:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise Refused(400, f"{name} must be an id, not {raw[:80]!r}") from None
+
+
+@web.middleware
+async def refusals(request: web.Request, handler: Route) -> web.StreamResponse:
+    """`Refused` and the store's own refusals as JSON errors; a store out of reach is a 503."""
+    try:
+        return await handler(request)
+    except Refused as exc:
+        return error(exc.status, exc.message)
+    except paging.BadPageError as exc:
+        return error(400, str(exc))
+    except STORE_ERRORS as exc:
+        log.warning("store unavailable", path=request.path, error=repr(exc))
+        return error(503, "the store is unavailable, try again", "service_unavailable")
+
+
+class ApiApp:
+    def __init__(self, cfg: ApiConfig) -> None:
+        self.cfg = cfg
+        self.service: Service | None = None
+        self._environments: tuple[float, list[EnvironmentOut]] | None = None
+
+    def attach(self, service: Service) -> None:
+        self.service = service
+
+    def routes(self, app: web.Application) -> None:
+        app.middlewares.extend([json_errors, refusals, self.authenticate])
+        r = app.router
+        r.add_get("/v1/agents", self.list_agents)
+        r.add_post("/v1/agents", self.create_agent)
+        r.add_get("/v1/agents/{name}", self.get_agent)
+        r.add_patch("/v1/agents/{name}", self.update_agent)
+        r.add_delete("/v1/agents/{name}", self.delete_agent)
+        r.add_post("/v1/agents/{name}/cycles", self.start_cycle)
+        r.add_get("/v1/environments", self.list_environments)
+        r.add_get("/v1/cycles", self.list_cycles)
+        r.add_get("/v1/cycles/{id}", self.get_cycle)
+        r.add_post("/v1/cycles/{id}/cancel", self.cancel_cycle)
+        r.add_get("/v1/cycles/{id}/events", self.cycle_events)
+        r.add_get("/v1/capabilities", self.list_capabilities)
+        r.add_get("/v1/adapters", self.list_adapters)
+        r.add_post("/v1/adapters/{id}/promote", self.promote)
+        r.add_post("/v1/adapters/{id}/demote", self.demote)
+        r.add_get("/v1/trajectories", self.list_trajectories)
+        r.add_get("/v1/trajectories/{id}", self.get_trajectory)
+        r.add_get("/v1/keys", self.list_keys)
+        r.add_post("/v1/keys", self.create_key)
+        r.add_delete("/v1/keys/{prefix}", self.revoke_key)
+        r.add_get("/v1/admin/tenants", self.list_tenants)
+        r.add_post("/v1/admin/tenants", self.create_tenant)
+        r.add_post("/v1/admin/tenants/{tenant}/keys", self.create_tenant_key)
+        from services.api.openapi import api_openapi  # built from this module's routes
+        from shared.openapi import serve
+
+        serve(app, api_openapi())
+
+    # -- who is asking ------------------------------------------------------------------------
+
+    @web.middleware
+    async def authenticate(self, request: web.Request, handler: Route) -> web.StreamResponse:
+        if request.path.startswith("/v1/admin/") or request.path == "/v1/admin":
+            admin = self.cfg.admin_key
+            if admin is None or not carries_key(request, admin):
+                # without a configured key the operator routes do not exist
+                return error(404 if admin is None else 401, "operator routes need the admin key")
+            return await handler(request)
+        if request.path.startswith("/v1/"):
+            auth = request.headers.get("Authorization", "")
+            presented = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+            if not presented:
+                return error(401, "missing bearer token (a tenant API key)")
+            async with self._store().cross_tenant() as session:
+                key = await live_key(session, presented)
+            if key is None:
+                return error(401, "unknown or revoked API key")
+            request[TENANT] = key.tenant_id
+        return await handler(request)
+
+    def _store(self) -> Any:
+        assert self.service is not None and self.service.store is not None
+        return self.service.store
+
+    def _session(self, request: web.Request) -> Any:
+        return self._store().tenant(request[TENANT])
+
+    # -- agents -------------------------------------------------------------------------------
+
+    async def list_agents(self, request: web.Request) -> web.Response:
+        limit = paging.limit_of(request.query.get("limit"))
+        query = paging.paged(select(Agent), Agent, request.query.get("cursor"), limit)
+        async with self._session(request) as session:
+            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+        return ok(AgentList(data=[AgentOut.of(a) for a in rows], next_cursor=cursor))
+
+    async def create_agent(self, request: web.Request) -> web.Response:
+        spec = await body(request, AgentCreate)
+        self._known_environment(spec.environment)
+        async with self._session(request) as session:
+            try:
+                agent = await create_agent(
+                    session,
+                    spec.name,
+                    model=spec.model,
+                    environment=spec.environment,
+                    system_prompt=spec.system_prompt,
+                )
+            except AgentExistsError as exc:
+                raise Refused(409, str(exc)) from None
+            out = AgentOut.of(agent)
+        return ok(out, 201)
+
+    async def get_agent(self, request: web.Request) -> web.Response:
+        async with self._session(request) as session:
+            return ok(AgentOut.of(await self._agent(session, request.match_info["name"])))
+
+    async def update_agent(self, request: web.Request) -> web.Response:
+        change = await body(request, AgentUpdate)
+        if change.environment is not None:
+            self._known_environment(change.environment)
+        async with self._session(request) as session:
+            agent = await self._agent(session, request.match_info["name"])
+            for field in ("model", "environment", "system_prompt"):
+                value = getattr(change, field)
+                if value is not None:
+                    setattr(agent, field, value)
+            await session.flush()
+            await session.refresh(agent)
+            out = AgentOut.of(agent)
+        return ok(out)
+
+    async def delete_agent(self, request: web.Request) -> web.Response:
+        async with self._session(request) as session:
+            try:
+                agent = await delete_agent(session, request.match_info["name"])
+            except AgentBusyError as exc:
+                raise Refused(409, str(exc)) from None
+            except AgentNotFoundError as exc:
+                raise Refused(404, str(exc)) from None
+        return ok(Deleted(id=agent.id))
+
+    @staticmethod
+    async def _agent(session: Any, name: str) -> Any:
+        try:
+            return await get_agent(session, name)
+        except AgentNotFoundError as exc:
+            raise Refused(404, str(exc)) from None
+
+    def _known_environment(self, ref: str) -> None:
+        """Built-in, installed, a URL or an MCP file: anything else is refused now rather
+        than failing the first cycle."""
+        if ref in available() or ref.startswith(("http://", "https://", "mcp:", "tau2:")):
+            return
+        raise Refused(400, f"unknown environment {ref!r} (GET /v1/environments lists them)")
+
+    # -- environments -------------------------------------------------------------------------
+
+    async def list_environments(self, request: web.Request) -> web.Response:
+        """The environments an agent can name (cached a minute: loading some takes seconds),
+        then the tenant's synthesized ones."""
+        now = time.monotonic()
+        if self._environments is None or now - self._environments[0] > 60:
+            self._environments = (now, await asyncio.to_thread(_registered))
+        async with self._session(request) as session:
+            synthesized = await session.scalars(
+                select(Environment)
+                .where(Environment.kind == "synthetic")
+                .order_by(Environment.created_at.desc())
+                .limit(paging.MAX_LIMIT)
+            )
+            rows = [EnvironmentOut.synthesized(e) for e in synthesized]
+        return ok(EnvironmentList(data=[*self._environments[1], *rows]))
+
+    # -- cycles -------------------------------------------------------------------------------
+
+    async def start_cycle(self, request: web.Request) -> web.Response:
+        """Request a cycle for the agent (202: the evaluator runs it); a repeat with the same
+        `cycle_id` requests nothing new; an agent with a cycle under way gets a 409."""
+        start = await body(request, CycleStart)
+        cycle_id = start.cycle_id or uuid.uuid4()
+        async with self._session(request) as session:
+            agent = await self._agent(session, request.match_info["name"])
+            existing = await session.get(Cycle, cycle_id)
+            if existing is not None:
+                if existing.agent_id != agent.id:
+                    raise Refused(409, f"cycle {cycle_id} is another agent's")
+                return ok(CycleOut.of(existing), 202)
+            active = await session.scalar(
+                select(Cycle.id).where(Cycle.agent_id == agent.id, Cycle.state.not_in(ENDED))
+            )
+            agent_id = agent.id
+        if active is not None:
+            raise Refused(409, f"agent has a cycle under way: {active} (cancel it first)")
+        assert self.service is not None and self.service.bus is not None
+        await self.service.bus.publish(
+            request[TENANT],
+            CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=start.settings),
+            msg_id=f"api-cycle/{cycle_id}",
+        )
+        return ok(CycleOut(id=cycle_id, agent_id=agent_id, state="requested"), 202)
+
+    async def list_cycles(self, request: web.Request) -> web.Response:
+        limit = paging.limit_of(request.query.get("limit"))
+        query = select(Cycle)
+        async with self._session(request) as session:
+            if "agent" in request.query:
+                agent = await self._agent(session, request.query["agent"])
+                query = query.where(Cycle.agent_id == agent.id)
+            query = paging.paged(query, Cycle, request.query.get("cursor"), limit)
+            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+        return ok(CycleList(data=[CycleOut.of(c) for c in rows], next_cursor=cursor))
+
+    async def get_cycle(self, request: web.Request) -> web.Response:
+        return ok(await self._cycle(request[TENANT], uuid_of(request.match_info["id"], "cycle")))
+
+    async def _cycle(self, tenant: str, cycle_id: uuid.UUID) -> CycleOut:
+        async with self._store().tenant(tenant) as session:
+            cycle = await session.get(Cycle, cycle_id)
+            if cycle is None:
+                raise Refused(404, f"no cycle {cycle_id}")
+            work = await session.scalars(
+                select(Work)
+                .where(Work.cycle_id == cycle_id, Work.state == "running")
+                .order_by(Work.started_at)
+            )
+            views = [
+                WorkOut(
+                    id=w.id, kind=w.kind, label=w.label, done=w.done, total=w.total, unit=w.unit
+                )
+                for w in work
+            ]
+            return CycleOut.of(cycle, views)
+
+    async def cancel_cycle(self, request: web.Request) -> web.Response:
+        cycle_id = uuid_of(request.match_info["id"], "cycle")
+        async with self._session(request) as session:
+            if await session.get(Cycle, cycle_id) is None:
+                raise Refused(404, f"no cycle {cycle_id}")
+            try:
+                _, _, ended = await cancel(session, cycle_id, by="the control API")
+            except NotCancellableError as exc:
+                raise Refused(409, str(exc)) from None
+        if ended is not None and self.service is not None and self.service.bus is not None:
+            await self.service.bus.publish(
+                request[TENANT],
+                CycleCompleted(cycle_id=ended.id, outcome="failed", reason=ended.reason),
+                msg_id=f"cancelled/{ended.id}",
+            )
+        return ok(await self._cycle(request[TENANT], cycle_id))
+
+    async def cycle_events(self, request: web.Request) -> web.StreamResponse:
+        """The cycle as Server-Sent Events: an `event: cycle` with the whole cycle each time it
+        changes (stage, work progress), until it ends; a comment every 15 s keeps proxies
+        from closing a quiet stream. Each look at the store is its own short transaction."""
+        tenant = request[TENANT]
+        cycle_id = uuid_of(request.match_info["id"], "cycle")
+        last = await self._cycle(tenant, cycle_id)  # a 404 before the stream starts
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await out.prepare(request)
+        sent: bytes | None = None
+        quiet_since = time.monotonic()
+        with contextlib.suppress(ConnectionResetError):
+            while True:
+                data = msgspec.json.encode(last)
+                if data != sent:
+                    await out.write(b"event: cycle\ndata: " + data + b"\n\n")
+                    sent, quiet_since = data, time.monotonic()
+                    if last.state in ENDED:
+                        break
+                elif time.monotonic() - quiet_since > 15:
+                    await out.write(b": still running\n\n")
+                    quiet_since = time.monotonic()
+                await asyncio.sleep(self.cfg.events_poll_s)
+                try:
+                    last = await self._cycle(tenant, cycle_id)
+                except STORE_ERRORS as exc:  # the stream outlives a store's restart
+                    log.warning("cycle events: store unavailable", error=repr(exc))
+                except Refused:  # deleted with its agent
+                    break
+            await out.write_eof()
+        return out
+
+    # -- what cycles produced -----------------------------------------------------------------
+
+    async def list_capabilities(self, request: web.Request) -> web.Response:
+        limit = paging.limit_of(request.query.get("limit"))
+        query = select(Capability)
+        cycle_id = query_uuid(request, "cycle")
+        if cycle_id is not None:
+            query = query.where(Capability.cycle_id == cycle_id)
+        async with self._session(request) as session:
+            if "agent" in request.query:
+                agent = await self._agent(session, request.query["agent"])
+                query = query.where(Capability.agent_id == agent.id)
+            query = paging.paged(query, Capability, request.query.get("cursor"), limit)
+            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+        return ok(CapabilityList(data=[CapabilityOut.of(c) for c in rows], next_cursor=cursor))
+
+    async def list_adapters(self, request: web.Request) -> web.Response:
+        limit = paging.limit_of(request.query.get("limit"))
+        query = select(Adapter)
+        async with self._session(request) as session:
+            if "agent" in request.query:
+                agent = await self._agent(session, request.query["agent"])
+                query = query.where(Adapter.agent_id == agent.id)
+            query = paging.paged(query, Adapter, request.query.get("cursor"), limit)
+            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+            serving = {
+                str(a)
+                for agent in await session.scalars(select(Agent))
+                for a in agent.production_adapters or []
+            }
+        data = [AdapterOut.of(a, str(a.id) in serving) for a in rows]
+        return ok(AdapterList(data=data, next_cursor=cursor))
+
+    async def promote(self, request: web.Request) -> web.Response:
+        """By hand: the adapter joins its agent's production set (the router serves it)."""
+        return await self._production(request, add=True)
+
+    async def demote(self, request: web.Request) -> web.Response:
+        """By hand: the adapter leaves its agent's production set."""
+        return await self._production(request, add=False)
+
+    async def _production(self, request: web.Request, *, add: bool) -> web.Response:
+        adapter_id = uuid_of(request.match_info["id"], "adapter")
+        async with self._session(request) as session:
+            adapter = await session.get(Adapter, adapter_id)
+            if adapter is None:
+                raise Refused(404, f"no adapter {adapter_id}")
+            if add and adapter.status != "ready":
+                raise Refused(409, f"adapter {adapter.name} is {adapter.status}, not ready")
+            agent = await session.get(Agent, adapter.agent_id, with_for_update=True)
+            assert agent is not None  # the foreign key cascades
+            serving = [str(a) for a in agent.production_adapters or []]
+            if add and str(adapter_id) not in serving:
+                serving.append(str(adapter_id))
+            if not add:
+                serving = [a for a in serving if a != str(adapter_id)]
+            agent.production_adapters = serving
+            out = AdapterOut.of(adapter, add)
+        log.info("production set changed by hand", adapter=str(adapter_id), serving=add)
+        return ok(out)
+
+    async def list_trajectories(self, request: web.Request) -> web.Response:
+        limit = paging.limit_of(request.query.get("limit"))
+        query = select(Trajectory)
+        for name, column in (("cycle", Trajectory.cycle_id), ("adapter", Trajectory.adapter_id)):
+            value = query_uuid(request, name)
+            if value is not None:
+                query = query.where(column == value)
+        source = request.query.get("source")
+        if source is not None:
+            if source not in ("rollout", "production", "calibration"):
+                raise Refused(400, "source must be rollout, production or calibration")
+            query = query.where(Trajectory.source == source)
+        success = request.query.get("success")
+        if success is not None:
+            if success not in ("true", "false"):
+                raise Refused(400, "success must be true or false")
+            query = query.where(Trajectory.success.is_(success == "true"))
+        async with self._session(request) as session:
+            if "agent" in request.query:
+                agent = await self._agent(session, request.query["agent"])
+                query = query.where(Trajectory.agent_id == agent.id)
+            query = paging.paged(query, Trajectory, request.query.get("cursor"), limit)
+            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+        return ok(TrajectoryList(data=[TrajectoryOut.of(t) for t in rows], next_cursor=cursor))
+
+    async def get_trajectory(self, request: web.Request) -> web.Response:
+        trajectory_id = uuid_of(request.match_info["id"], "trajectory")
+        async with self._session(request) as session:
+            row = await session.get(Trajectory, trajectory_id)
+            if row is None:
+                raise Refused(404, f"no trajectory {trajectory_id}")
+            return ok(TrajectoryOut.of(row, whole=True))
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    async def list_keys(self, request: web.Request) -> web.Response:
+        async with self._session(request) as session:
+            keys = await list_api_keys(session)
+            return ok(KeyList(data=[KeyOut.of(k) for k in keys]))
+
+    async def create_key(self, request: web.Request) -> web.Response:
+        """A new key for the caller's tenant (rotation: create one, move to it, revoke the
+        old); the key is shown this once."""
+        async with self._session(request) as session:
+            key = await issue_api_key(session, request[TENANT], name="api")
+        return ok(KeyCreated(key=key, prefix=key[:16]), 201)
+
+    async def revoke_key(self, request: web.Request) -> web.Response:
+        async with self._session(request) as session:
+            try:
+                row = await revoke_api_key(session, request.match_info["prefix"])
+            except UnknownKeyError as exc:
+                raise Refused(404, str(exc)) from None
+            return ok(KeyOut.of(row))
+
+    # -- operator -----------------------------------------------------------------------------
+
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        async with self._store().cross_tenant() as session:
+            rows = await session.scalars(select(Tenant).order_by(Tenant.id))
+            return ok(TenantList(data=[TenantOut(id=t.id, name=t.name) for t in rows]))
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        spec = await body(request, TenantCreate)
+        async with self._store().cross_tenant() as session:
+            try:
+                tenant = await create_tenant(session, spec.id, spec.name)
+            except TenantExistsError as exc:
+                raise Refused(409, str(exc)) from None
+            except PermanentError as exc:  # an id tenants cannot have
+                raise Refused(400, str(exc)) from None
+            out = TenantOut(id=tenant.id, name=tenant.name)
+        return ok(out, 201)
+
+    async def create_tenant_key(self, request: web.Request) -> web.Response:
+        tenant = request.match_info["tenant"]
+        async with self._store().cross_tenant() as session:
+            if await session.get(Tenant, tenant) is None:
+                raise Refused(404, f"no tenant {tenant!r}")
+        async with self._store().tenant(tenant) as session:
+            key = await issue_api_key(session, tenant, name="admin")
+        return ok(KeyCreated(key=key, prefix=key[:16]), 201)
+
+
+def _registered() -> list[EnvironmentOut]:
+    """Every environment that can be named, with its task counts (or why it cannot load)."""
+    out = []
+    for name, origin in sorted(available().items()):
+        try:
+            splits = Counter(task.split for task in get_environment(name).tasks())
+        except (PermanentError, RetryableError) as exc:
+            out.append(EnvironmentOut(name=name, origin=origin, error=str(exc)))
+            continue
+        out.append(
+            EnvironmentOut(
+                name=name,
+                origin=origin,
+                tasks=sum(splits.values()),
+                train=splits["train"],
+                test=splits["test"],
+            )
+        )
+    return out
