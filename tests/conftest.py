@@ -6,6 +6,7 @@ import contextlib
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import nats
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from shared.config import ConsumerConfig, DatabaseConfig, HttpConfig, NatsConfig, ServiceConfig
+from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.engine import async_url
 from shared.store.migrate import upgrade_async
@@ -94,10 +96,23 @@ def service_cfg(
             shutdown_grace=5.0,
             fetch_timeout=0.2,
         ),
-        # a free port: 0 is each service's default, which a test on the other xdist
-        # worker starting the same service would hold at the same time
-        http=HttpConfig(port=free_port()),
+        http=HttpConfig(port=0),  # a free one in tests (`_services_on_free_ports`)
     )
+
+
+@pytest.fixture(autouse=True)
+def _services_on_free_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Port 0 is each service's default port: a test on the other xdist worker starting the
+    same service would bind it at the same time. In tests, a service given 0 takes a free
+    port instead (`service.port`, `service.bound_port`)."""
+    built = Service.__init__
+
+    def init(self: Service, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        if self.cfg.http.port == 0:
+            self.port = free_port()
+
+    monkeypatch.setattr(Service, "__init__", init)
 
 
 def free_port() -> int:

@@ -25,6 +25,7 @@ from sqlalchemy import select
 
 from services.api import paging
 from services.api.config import ApiConfig
+from services.api.console import Console
 from services.api.schema import (
     AdapterList,
     AdapterOut,
@@ -189,6 +190,7 @@ class ApiApp:
         r.add_get("/v1/admin/tenants", self.list_tenants)
         r.add_post("/v1/admin/tenants", self.create_tenant)
         r.add_post("/v1/admin/tenants/{tenant}/keys", self.create_tenant_key)
+        Console(self._store, self.cycle_events).routes(app)
         from services.api.openapi import api_openapi  # built from this module's routes
         from shared.openapi import serve
 

@@ -74,6 +74,26 @@ ROUTES = (
           TenantOut),
     Route("post", "/v1/admin/tenants/{tenant}/keys", "A key for a tenant (operator key; 201)",
           response=KeyCreated),
+    *(
+        Route(method, path, f"Console (HTML, signed in by a cookie): {what}", media=media,
+              secured=False)
+        for method, path, what, media in (
+            ("get", "/console", "its home (the agents, or signing in)", "text/html"),
+            ("get", "/console/", "its home", "text/html"),
+            ("get", "/console/login", "the sign-in form (the tenant's API key)", "text/html"),
+            ("post", "/console/login", "sign in (form field `key`; sets the cookie)",
+             "text/html"),
+            ("post", "/console/logout", "sign out", "text/html"),
+            ("get", "/console/agents", "the tenant's agents", "text/html"),
+            ("get", "/console/agents/{name}", "an agent, its cycles and adapters", "text/html"),
+            ("get", "/console/cycles/{id}", "a cycle: live timeline, capabilities, "
+             "environments, training curves, evaluation, routing", "text/html"),
+            ("get", "/console/cycles/{id}/events", "the cycle's event stream",
+             "text/event-stream"),
+            ("get", "/console/trajectories/{id}", "a trajectory's conversation and reward",
+             "text/html"),
+        )
+    ),
     Route("get", "/healthz", "Health of the service and its connections", response=Health,
           secured=False),
     Route("get", "/metrics", "Prometheus metrics (needs RETRACE_HTTP_METRICS_KEY when set)",
