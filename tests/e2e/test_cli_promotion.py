@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from shared.cli.context import SERVICES
 from shared.envs.remote.server import environment_app
 from tests.e2e.test_cli_up import cli, env, running_up  # noqa: F401  (fixture)
 from tests.support.codebook_env import CodebookEnvironment
@@ -60,9 +62,9 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
     with serve_in_thread(environment_app(CodebookEnvironment())) as url:
         target = url.removesuffix("/v1")
         with running_up(
-            env, "rollout", "contrast", "synthesize", "train", "evaluator",
+            env, "rollout", "contrast", "synthesize", "train", "evaluator", "api",
             first_port=27000, model="smollm2",
-        ):  # fmt: skip
+        ) as offset:  # fmt: skip
             made = cli(env, "agent", "create", "coder", "--model", "smollm2", "--env", target)
             assert made.returncode == 0, made.stderr
             result = cli(
@@ -92,3 +94,29 @@ def test_improve_trains_an_adapter_that_is_promoted(env: dict[str, str], tmp_pat
             # three); training either one taught the call
             assert any(c in row for c in PLANTED), adapters.stdout
             assert "│ yes" in row, adapters.stdout  # in production
+            # the same cycle through the control API and its console, with a key alone
+            made_key = cli(env, "tenant", "key", "create", "default")
+            key = made_key.stdout.split("shown once): ")[-1].strip()
+            _read_the_cycle_with_a_key(SERVICES["api"] + offset, key)
+
+
+def _read_the_cycle_with_a_key(port: int, key: str) -> None:
+    """The cycle's result as a tenant with only an API key sees it: the API lists the
+    completed cycle, and the console's cycle page shows the promotion, the capability it
+    trained, the evaluation table and training curve."""
+    base = f"http://127.0.0.1:{port}"
+    request = urllib.request.Request(
+        f"{base}/v1/cycles", headers={"Authorization": f"Bearer {key}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        [cycle] = json.loads(r.read())["data"]
+    assert cycle["state"] == "completed" and cycle["data"]["report"]["verdict"]["promote"]
+    page = urllib.request.Request(
+        f"{base}/console/cycles/{cycle['id']}", headers={"Cookie": f"retrace_key={key}"}
+    )
+    with urllib.request.urlopen(page, timeout=30) as r:
+        html = r.read().decode()
+    assert "<b>promoted</b>" in html, html[:2000]
+    assert any(c in html for c in PLANTED), html[:2000]
+    for shown in ("routed", "95% CI", "mean reward per step", "McNemar p="):
+        assert shown in html, shown

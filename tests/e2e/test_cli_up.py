@@ -226,9 +226,10 @@ def _post(url: str, body: dict[str, object], key: str | None) -> tuple[int, dict
 @contextmanager
 def running_up(
     env: dict[str, str], *only: str, first_port: int, model: str | None = None
-) -> Iterator[subprocess.Popen[str]]:
+) -> Iterator[int]:
     """`retrace up --only ...` on free ports (and `--model` when given), healthy before the
-    body runs, stopped after."""
+    body runs, stopped after; yields the port offset (a service's port is its default plus
+    it)."""
     offset = next(o for o in range(first_port, 45_000, 37) if _ports_free(o))
     flags = [arg for name in only for arg in ("--only", name)]
     flags += ["--model", model] if model else []
@@ -244,7 +245,7 @@ def running_up(
         while cli(env, "status").returncode != 0:
             assert up.poll() is None and time.monotonic() < deadline
             time.sleep(1)
-        yield up
+        yield offset
     finally:
         up.send_signal(signal.SIGTERM)
         up.communicate(timeout=90)
