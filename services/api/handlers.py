@@ -341,15 +341,22 @@ class ApiApp:
         return ok(CycleOut(id=cycle_id, agent_id=agent_id, state="requested"), 202)
 
     async def list_cycles(self, request: web.Request) -> web.Response:
+        rows, cursor = await self._page(request, Cycle)
+        return ok(CycleList(data=[CycleOut.of(c) for c in rows], next_cursor=cursor))
+
+    async def _page(
+        self, request: web.Request, model: Any, *where: Any
+    ) -> tuple[list[Any], str | None]:
+        """A page of the tenant's `model` rows matching `where`, of the agent the `agent`
+        parameter names when there is one, and the next page's cursor."""
         limit = paging.limit_of(request.query.get("limit"))
-        query = select(Cycle)
+        query = select(model).where(*where)
         async with self._session(request) as session:
             if "agent" in request.query:
                 agent = await self._agent(session, request.query["agent"])
-                query = query.where(Cycle.agent_id == agent.id)
-            query = paging.paged(query, Cycle, request.query.get("cursor"), limit)
-            rows, cursor = paging.page(list(await session.scalars(query)), limit)
-        return ok(CycleList(data=[CycleOut.of(c) for c in rows], next_cursor=cursor))
+                query = query.where(model.agent_id == agent.id)
+            query = paging.paged(query, model, request.query.get("cursor"), limit)
+            return paging.page(list(await session.scalars(query)), limit)
 
     async def get_cycle(self, request: web.Request) -> web.Response:
         return ok(await self._cycle(request[TENANT], uuid_of(request.match_info["id"], "cycle")))
@@ -426,28 +433,14 @@ class ApiApp:
     # -- what cycles produced -----------------------------------------------------------------
 
     async def list_capabilities(self, request: web.Request) -> web.Response:
-        limit = paging.limit_of(request.query.get("limit"))
-        query = select(Capability)
         cycle_id = query_uuid(request, "cycle")
-        if cycle_id is not None:
-            query = query.where(Capability.cycle_id == cycle_id)
-        async with self._session(request) as session:
-            if "agent" in request.query:
-                agent = await self._agent(session, request.query["agent"])
-                query = query.where(Capability.agent_id == agent.id)
-            query = paging.paged(query, Capability, request.query.get("cursor"), limit)
-            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+        where = [Capability.cycle_id == cycle_id] if cycle_id is not None else []
+        rows, cursor = await self._page(request, Capability, *where)
         return ok(CapabilityList(data=[CapabilityOut.of(c) for c in rows], next_cursor=cursor))
 
     async def list_adapters(self, request: web.Request) -> web.Response:
-        limit = paging.limit_of(request.query.get("limit"))
-        query = select(Adapter)
+        rows, cursor = await self._page(request, Adapter)
         async with self._session(request) as session:
-            if "agent" in request.query:
-                agent = await self._agent(session, request.query["agent"])
-                query = query.where(Adapter.agent_id == agent.id)
-            query = paging.paged(query, Adapter, request.query.get("cursor"), limit)
-            rows, cursor = paging.page(list(await session.scalars(query)), limit)
             serving = {
                 str(a)
                 for agent in await session.scalars(select(Agent))
@@ -485,28 +478,22 @@ class ApiApp:
         return ok(out)
 
     async def list_trajectories(self, request: web.Request) -> web.Response:
-        limit = paging.limit_of(request.query.get("limit"))
-        query = select(Trajectory)
+        where: list[Any] = []
         for name, column in (("cycle", Trajectory.cycle_id), ("adapter", Trajectory.adapter_id)):
             value = query_uuid(request, name)
             if value is not None:
-                query = query.where(column == value)
+                where.append(column == value)
         source = request.query.get("source")
         if source is not None:
             if source not in ("rollout", "production", "calibration"):
                 raise Refused(400, "source must be rollout, production or calibration")
-            query = query.where(Trajectory.source == source)
+            where.append(Trajectory.source == source)
         success = request.query.get("success")
         if success is not None:
             if success not in ("true", "false"):
                 raise Refused(400, "success must be true or false")
-            query = query.where(Trajectory.success.is_(success == "true"))
-        async with self._session(request) as session:
-            if "agent" in request.query:
-                agent = await self._agent(session, request.query["agent"])
-                query = query.where(Trajectory.agent_id == agent.id)
-            query = paging.paged(query, Trajectory, request.query.get("cursor"), limit)
-            rows, cursor = paging.page(list(await session.scalars(query)), limit)
+            where.append(Trajectory.success.is_(success == "true"))
+        rows, cursor = await self._page(request, Trajectory, *where)
         return ok(TrajectoryList(data=[TrajectoryOut.of(t) for t in rows], next_cursor=cursor))
 
     async def get_trajectory(self, request: web.Request) -> web.Response:

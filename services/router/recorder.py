@@ -27,7 +27,13 @@ from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, sele
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import (
+    ArgumentError,
+    CompileError,
+    DataError,
+    IntegrityError,
+    InvalidRequestError,
+)
 
 from services.router.conversations import Known
 from shared.logging import get_logger
@@ -37,8 +43,18 @@ from shared.store.models import Adapter, Agent, Conversation, Trajectory, withou
 
 log = get_logger(__name__)
 
-DATA_ERRORS = (IntegrityError, DataError)
-"""What a store that works raises for rows it refuses (a key or agent deleted meanwhile)."""
+REFUSED = (
+    IntegrityError,
+    DataError,
+    CompileError,
+    ArgumentError,
+    InvalidRequestError,
+)
+"""What retrying cannot mend: rows a working store refuses (a key or agent deleted
+meanwhile), and a statement of ours that is wrong. A batch refused so is written again turn by
+turn (`keep`, the ORM's statements), and a turn refused alone is logged as lost. The rest of
+`STORE_ERRORS` is waited for: a store out of reach, or one missing a table (a migration not
+run yet), loses nothing by waiting."""
 
 
 @dataclass(frozen=True)
@@ -183,13 +199,13 @@ class Recorder:
                 await write_batch(session, tenant, [a for _, a in turns])
             done.update(n for n, _ in turns)
             return
-        except DATA_ERRORS as exc:
+        except REFUSED as exc:
             log.warning("a batch of turns was refused; written one by one", error=repr(exc))
         for n, answered in turns:
             try:
                 async with self.store.tenant(tenant) as session:
                     await keep(session, answered)
-            except DATA_ERRORS:
+            except REFUSED:
                 log.exception(
                     "production turn lost: the store refused it",
                     conversation=str(answered.turn.conversation_id),
@@ -320,36 +336,19 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     await session.execute(pg_insert(Conversation).on_conflict_do_nothing(), conversations)
 
 
-MOVES = (
-    func.unnest(
-        cast(bindparam("ids"), ARRAY(PG_UUID(as_uuid=True))),
-        cast(bindparam("found"), ARRAY(Text)),
-        cast(bindparam("tips"), ARRAY(Text)),
-        cast(bindparam("n"), ARRAY(Integer)),
+def _rows(name: str, **columns: Any) -> Any:
+    """A table of rows passed as one array per column (`unnest`), each bound as
+    `<name>_<column>`: the statement's text is the same whatever the number of rows."""
+    return (
+        func.unnest(*(cast(bindparam(f"{name}_{c}"), ARRAY(t)) for c, t in columns.items()))
+        .table_valued(*(column(c, t) for c, t in columns.items()))
+        .render_derived(name=name)
     )
-    .table_valued(
-        column("id", PG_UUID(as_uuid=True)),
-        column("found", Text),
-        column("tip", Text),
-        column("n", Integer),
-    )
-    .render_derived(name="moves")
-)
-HISTORIES = (
-    func.unnest(
-        cast(bindparam("ids"), ARRAY(PG_UUID(as_uuid=True))),
-        cast(bindparam("messages"), ARRAY(Text)),
-        cast(bindparam("tokens"), ARRAY(Integer)),
-        cast(bindparam("latency_ms"), ARRAY(Float)),
-    )
-    .table_valued(
-        column("id", PG_UUID(as_uuid=True)),
-        column("messages", Text),
-        column("tokens", Integer),
-        column("latency_ms", Float),
-    )
-    .render_derived(name="histories")
-)
+
+
+UUIDS = PG_UUID(as_uuid=True)
+MOVES = _rows("moves", id=UUIDS, found=Text, tip=Text, n=Integer)
+HISTORIES = _rows("histories", id=UUIDS, messages=Text, tokens=Integer, latency_ms=Float)
 MOVE = (
     update(Conversation)
     .where(
@@ -384,10 +383,10 @@ async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
         for cid, trajectory_id in await session.execute(
             MOVE,
             {
-                "ids": [r.first.turn.conversation_id for r in runs],
-                "found": [r.first.turn.found_tip for r in runs],
-                "tips": [r.last.tip for r in runs],
-                "n": [len(r.turns) for r in runs],
+                "moves_id": [r.first.turn.conversation_id for r in runs],
+                "moves_found": [r.first.turn.found_tip for r in runs],
+                "moves_tip": [r.last.tip for r in runs],
+                "moves_n": [len(r.turns) for r in runs],
             },
         )
     }
@@ -396,12 +395,12 @@ async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
         await session.execute(
             EXTEND,
             {
-                "ids": [moved[r.first.turn.conversation_id] for r in done],
-                "messages": [
+                "histories_id": [moved[r.first.turn.conversation_id] for r in done],
+                "histories_messages": [
                     msgspec.json.encode(without_nul(r.last.messages)).decode() for r in done
                 ],
-                "tokens": [r.tokens for r in done],
-                "latency_ms": [r.latency_ms for r in done],
+                "histories_tokens": [r.tokens for r in done],
+                "histories_latency_ms": [r.latency_ms for r in done],
             },
         )
     return [a for r in runs if r.first.turn.conversation_id not in moved for a in r.turns]

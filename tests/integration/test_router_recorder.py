@@ -5,6 +5,7 @@ and a retried write of new conversations not written twice."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -173,3 +174,30 @@ async def test_new_conversations_written_twice_are_kept_once(store: Store) -> No
     async with store.tenant("acme") as session:
         assert await session.scalar(select(func.count()).select_from(Conversation)) == 3
         assert await session.scalar(select(func.count()).select_from(Trajectory)) == 3
+
+
+async def test_a_batch_statement_that_cannot_compile_falls_back_and_loses_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the batched statements (seen: a bind name SQLAlchemy reserves) was retried
+    as if the store were down, forever, and every later turn waited behind it. It is now
+    written turn by turn instead, and the recorder goes on."""
+    from sqlalchemy.exc import CompileError
+
+    from services.router import recorder as module
+
+    async def broken(*_: Any) -> None:
+        raise CompileError("a statement of ours that is wrong")
+
+    monkeypatch.setattr(module, "write_batch", broken)
+    agent = await _agent(store, "acme")
+    turns = [t for n in range(3) for t in _turns("acme", agent, f"n {n}", 2)]
+    recorder = Recorder(store, limit=100)
+    recorder.start()
+    for answered in turns:
+        recorder.submit(answered)
+    async with asyncio.timeout(20):
+        await recorder.flush()
+    rows = await _conversations(store, "acme")
+    assert sorted(c.turns for c in rows.values()) == [2, 2, 2]
+    await recorder.close(1.0)
