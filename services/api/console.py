@@ -498,8 +498,8 @@ def _capabilities(rows: list[Capability]) -> str:
                 esc(c.status),
                 num((c.statistics or {}).get("coverage")),
                 num((c.statistics or {}).get("delta"), "+.3f"),
-                f"{(c.statistics or {}).get('runs_passed', '-')}/"
-                f"{(c.statistics or {}).get('runs', '-')}",
+                f"{esc((c.statistics or {}).get('runs_passed', '-'))}/"
+                f"{esc((c.statistics or {}).get('runs', '-'))}",
                 esc(c.definition),
                 " ".join(
                     f'<a href="/console/trajectories/{esc(t)}">{esc(str(t)[:8])}</a>'
@@ -563,17 +563,18 @@ def _evaluation(report: dict[str, Any]) -> str:
     spent = report.get("rollouts_spent") or {}
     rows = []
     for name, s in configs.items():
-        k = max(s.get("pass_hat_k") or {"0": None}, key=int)
+        ks = [k for k in (s.get("pass_hat_k") or {}) if str(k).isdigit()]
+        k = max(ks, key=int) if ks else "0"
         low, high = (s.get("ci95") or [None, None])[:2]
         rows.append(
             [
                 esc(name),
-                str(s.get("episodes", "-")),
+                esc(s.get("episodes", "-")),
                 pct(s.get("pass_rate")),
                 f"[{pct(low)}, {pct(high)}]",
                 num(s.get("mean_reward")),
-                f"k={k}: {pct((s.get('pass_hat_k') or {}).get(k))}" if k != "0" else "-",
-                str(spent.get(name, 0)),
+                f"k={esc(k)}: {pct((s.get('pass_hat_k') or {}).get(k))}" if k != "0" else "-",
+                esc(spent.get(name, 0)),
             ]
         )
     c = report.get("comparison") or {}
@@ -674,7 +675,7 @@ def _message(m: Any) -> str:
     for call in m.get("tool_calls") or []:
         fn = (call or {}).get("function") or {}
         parts.append(f"<pre>→ {esc(fn.get('name', '?'))}({esc(fn.get('arguments', ''))})</pre>")
-    label = role + (f" ({esc(m['name'])})" if m.get("name") else "")
+    label = esc(role) + (f" ({esc(m['name'])})" if m.get("name") else "")
     return f'<div class="msg {esc(role)}"><span class="role">{label}</span>{"".join(parts)}</div>'
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from services.api import paging
 from services.api.config import ApiConfig
@@ -150,6 +151,8 @@ async def refusals(request: web.Request, handler: Route) -> web.StreamResponse:
         return error(exc.status, exc.message)
     except paging.BadPageError as exc:
         return error(400, str(exc))
+    except IntegrityError:  # a race another request won (two agents of one name at once)
+        return error(409, "conflicts with a change made at the same time; read it and retry")
     except STORE_ERRORS as exc:
         log.warning("store unavailable", path=request.path, error=repr(exc))
         return error(503, "the store is unavailable, try again", "service_unavailable")
@@ -382,7 +385,8 @@ class ApiApp:
     async def cancel_cycle(self, request: web.Request) -> web.Response:
         cycle_id = uuid_of(request.match_info["id"], "cycle")
         async with self._session(request) as session:
-            if await session.get(Cycle, cycle_id) is None:
+            # a scalar, not the row: cancel() reads the row itself, locked
+            if await session.scalar(select(Cycle.id).where(Cycle.id == cycle_id)) is None:
                 raise Refused(404, f"no cycle {cycle_id}")
             try:
                 _, _, ended = await cancel(session, cycle_id, by="the control API")

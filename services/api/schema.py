@@ -22,8 +22,9 @@ from shared.store.models import (
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern="^[a-z0-9_-]+$")]
-Text = Annotated[str, msgspec.Meta(max_length=100_000)]
-Ref = Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
+Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern="^[^\x00]*$")]
+"""Any text but U+0000, which Postgres cannot store."""
+Ref = Annotated[str, msgspec.Meta(min_length=1, max_length=2000, pattern="^[^\x00]*$")]
 
 
 class AgentCreate(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

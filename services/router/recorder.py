@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,7 +161,9 @@ class Recorder:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                taken = [self._queue.popleft() for _ in range(min(self.batch, len(self._queue)))]
+                # the batch stays at the front of the queue while it is written, so `flush`,
+                # `close` and `limit` count it; only what was written leaves it
+                taken = list(itertools.islice(self._queue, self.batch))
                 by_tenant: dict[str, list[tuple[int, Answered]]] = {}
                 for n, answered in taken:
                     by_tenant.setdefault(answered.turn.tenant, []).append((n, answered))
@@ -171,7 +174,9 @@ class Recorder:
                         await self._write(tenant, turns, done)
                     except STORE_ERRORS as exc:
                         failure = exc
-                # the unwritten go back first, in their order: a tenant's turns stay in order
+                # the unwritten stay first, in their order: a tenant's turns stay in order
+                for _ in taken:
+                    self._queue.popleft()
                 left = [(n, a) for n, a in taken if n not in done]
                 self._queue.extendleft(reversed(left))
                 async with self._progress:
@@ -201,6 +206,10 @@ class Recorder:
             return
         except REFUSED as exc:
             log.warning("a batch of turns was refused; written one by one", error=repr(exc))
+        except STORE_ERRORS:
+            raise
+        except Exception:  # our own bug in the batched statements: the ORM's may still do
+            log.exception("a batch of turns failed; written one by one")
         for n, answered in turns:
             try:
                 async with self.store.tenant(tenant) as session:
@@ -433,6 +442,8 @@ async def keep(session: Any, answered: Answered) -> None:
         )
         session.add(conversation)
         await session.flush()
+    if conversation.tip == answered.tip:
+        return  # written before: a retry of a write whose commit was not heard of
     if conversation.tip != turn.found_tip:
         conversation = Conversation(
             agent_id=conversation.agent_id,
@@ -451,6 +462,7 @@ async def keep(session: Any, answered: Answered) -> None:
     )
     if trajectory is None:
         trajectory = Trajectory(
+            id=turn.opening.trajectory_id if turn.opening is not None else uuid.uuid4(),
             agent_id=conversation.agent_id,
             request_id=conversation.id,
             adapter_id=conversation.adapter_id,

@@ -155,7 +155,8 @@ class EmbeddingRouting:
         if self._quick is not None:
             scores = await self._quick.scores(query, candidates)
             best = max(candidates, key=lambda c: scores[c.name])
-            if scores[best.name] >= self.quick_confidence:
+            # never below the operator's own bar, whichever is higher
+            if scores[best.name] >= max(self.quick_confidence, self.min_confidence):
                 return Decision(best, scores[best.name], f"{self.name}:quick", scores)
         scores = await self._main.scores(query, candidates)
         best = max(candidates, key=lambda c: scores[c.name])

@@ -114,6 +114,8 @@ async def test_agents_are_created_listed_in_pages_changed_and_deleted(api: Api) 
          "tools"),
         ("POST", "/v1/agents", {"name": "x", "model": "m", "environment": "nowhere"},
          "unknown environment"),
+        ("POST", "/v1/agents", {"name": "x", "model": "m\u0000", "environment": "toolbox"},
+         "model"),
         ("GET", "/v1/agents?limit=0", None, "limit"),
         ("GET", "/v1/agents?limit=many", None, "limit"),
         ("GET", "/v1/agents?cursor=garbage", None, "cursor"),

@@ -79,6 +79,7 @@ async def _world(store: Store) -> dict[str, Any]:
                      "name": "lookup_code", "arguments": "{\"code\": \"Q-17\"}"}}]},
                 {"role": "tool", "name": "lookup_code", "content": "Q-17: <quiet hours>"},
                 {"role": "assistant", "content": "Q-17 means quiet hours."},
+                {"role": "<b>odd</b>", "content": "a role a caller made up"},
             ],
             reward_breakdown={"answer": 0.0, "used_tool": 1.0},
         )  # fmt: skip
@@ -189,6 +190,7 @@ async def test_pages_show_the_store_to_the_signed_in_tenant_only(
         trajectory = await text(f"/console/trajectories/{console['trajectory']}")
         assert "→ lookup_code({&quot;code&quot;: &quot;Q-17&quot;})" in trajectory
         assert "Q-17: &lt;quiet hours&gt;" in trajectory  # escaped, never markup
+        assert "&lt;b&gt;odd&lt;/b&gt;" in trajectory and "<b>odd" not in trajectory
         assert "used_tool" in trajectory
         await text(f"/console/cycles/{console['theirs']}", 404)  # globex's
         await text("/console/agents/hidden", 404)
@@ -224,12 +226,21 @@ async def test_the_console_in_a_real_browser(console: dict[str, Any], store: Sto
         return asyncio.to_thread(lambda: [step() for step in steps][-1])
 
     url = console["url"]
+
+    async def shows(text: str) -> bool:
+        return text in await run(lambda: browser.page_source)
+
+    async def stage() -> str:
+        found = await run(lambda: browser.find_element(By.CSS_SELECTOR, "#timeline span.on"))
+        return str(await run(lambda: found.text))
+
+    # every browser call runs off the event loop: the API answering the browser runs on it
     try:
         await run(lambda: browser.get(f"{url}/console/"))
-        assert "Sign in" in browser.title
-        field = browser.find_element(By.NAME, "key")
+        assert "Sign in" in await run(lambda: browser.title)
+        field = await run(lambda: browser.find_element(By.NAME, "key"))
         await run(lambda: field.send_keys(console["key"]), lambda: field.submit())
-        await eventually(lambda: _true("Agents of acme" in browser.page_source))
+        await eventually(lambda: shows("Agents of acme"))
         pages = {
             "agents": "/console/agents",
             "agent": "/console/agents/coder",
@@ -238,13 +249,13 @@ async def test_the_console_in_a_real_browser(console: dict[str, Any], store: Sto
         }
         for name, path in pages.items():
             await run(lambda path=path: browser.get(url + path))
-            body = browser.find_element(By.TAG_NAME, "main").text
-            assert "Internal" not in body and "error" not in browser.title.lower()
+            body = await run(lambda: browser.find_element(By.TAG_NAME, "main").text)
+            title = await run(lambda: browser.title)
+            assert "Internal" not in body and "error" not in title.lower()
             if shots is not None:
                 shots.mkdir(parents=True, exist_ok=True)
                 await run(lambda name=name: browser.save_screenshot(str(shots / f"{name}.png")))
-        cycle_text = browser.find_element(By.TAG_NAME, "main").text
-        assert "lookup_code" in cycle_text  # the trajectory page was last
+        assert "lookup_code" in body  # the trajectory page was last
         # a cycle under way: the timeline follows it live, then the page shows the end
         async with store.tenant("acme") as session:
             live = Cycle(agent_id=console["agent"], state="diagnosing")
@@ -252,27 +263,26 @@ async def test_the_console_in_a_real_browser(console: dict[str, Any], store: Sto
             await session.flush()
             live_id = live.id
         await run(lambda: browser.get(f"{url}/console/cycles/{live_id}"))
-        on = browser.find_element(By.CSS_SELECTOR, "#timeline span.on").text
-        assert on == "diagnosing"
+        assert await stage() == "diagnosing"
         async with store.tenant("acme") as session:
             row = await session.get(Cycle, live_id)
             assert row is not None
             row.state = "training"
-        await eventually(
-            lambda: _true(
-                browser.find_element(By.CSS_SELECTOR, "#timeline span.on").text == "training"
-            )
-        )
+
+        async def training() -> bool:
+            return await stage() == "training"
+
+        await eventually(training)
         if shots is not None:
             await run(lambda: browser.save_screenshot(str(shots / "cycle-live.png")))
         async with store.tenant("acme") as session:
             row = await session.get(Cycle, live_id)
             assert row is not None
             row.state = "completed"
-        await eventually(lambda: _true("EventSource" not in browser.page_source))  # reloaded
+
+        async def reloaded() -> bool:
+            return not await shows("EventSource")
+
+        await eventually(reloaded)
     finally:
         await asyncio.to_thread(browser.quit)
-
-
-async def _true(value: bool) -> bool:
-    return value

@@ -201,3 +201,35 @@ async def test_a_batch_statement_that_cannot_compile_falls_back_and_loses_nothin
     rows = await _conversations(store, "acme")
     assert sorted(c.turns for c in rows.values()) == [2, 2, 2]
     await recorder.close(1.0)
+
+
+async def test_flush_waits_for_the_batch_being_written(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch used to leave the queue before it was written: `flush` (feedback) returned at
+    once and `close` stopped the writer mid-write without a word."""
+    from services.router import recorder as module
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    real = module.write_batch
+
+    async def slow(*args: Any) -> None:
+        entered.set()
+        await release.wait()
+        await real(*args)
+
+    monkeypatch.setattr(module, "write_batch", slow)
+    agent = await _agent(store, "acme")
+    recorder = Recorder(store, limit=100)
+    recorder.start()
+    [turn] = _turns("acme", agent, "hello", 1)
+    recorder.submit(turn)
+    await entered.wait()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await recorder.flush()
+    release.set()
+    async with asyncio.timeout(10):
+        await recorder.flush()
+    assert set(await _conversations(store, "acme")) == {turn.turn.conversation_id}
+    await recorder.close(1.0)
