@@ -37,6 +37,7 @@ from sqlalchemy import select
 
 from services.evaluator.report import compare
 from shared.cli.context import load_settings, open_store
+from shared.cli.control import ControlApi
 from shared.cli.demo import CPU_DEFAULTS, ensure_agent, running_up
 from shared.cli.improve import follow_cycle, request_cycle
 from shared.messages import CycleSettings
@@ -97,9 +98,10 @@ async def _run_cycle(args: argparse.Namespace, settings: CycleSettings) -> uuid.
     cycle_id = uuid.UUID(known["cycle_id"]) if "cycle_id" in known else uuid.uuid4()
     if "cycle_id" not in known:
         state.write_text(json.dumps({"config": args.config, "cycle_id": str(cycle_id)}))
-    # Publishing again is harmless: the request's message id is the cycle's.
-    await request_cycle(cfg, "default", AGENT, settings, cycle_id)
-    await follow_cycle(cfg, "default", cycle_id, args.wait_s)
+    # Asking again is harmless: the cycle's id is the request's.
+    async with ControlApi.connect(cfg, "default") as api:
+        await request_cycle(api, AGENT, settings, cycle_id)
+        await follow_cycle(api, cycle_id, args.wait_s)
     return cycle_id
 
 

@@ -1,5 +1,7 @@
 """The TRACE cycle's states and the only transitions between them.
 
+    requested     recorded by the control API, its request published; the evaluator has
+                  not taken it yet (a request from elsewhere has no row until it is taken)
     diagnosing    a diagnosis rollout (train split) runs; contrast names capabilities
     synthesizing  one environment per capability is synthesized and calibrated
     training      one GRPO job per ready environment, and the baselines
@@ -7,8 +9,8 @@
                   and baselines), same tasks, same seeds; the routed set is scored by routing
                   each task
     completed     promoted or rejected, with the reason (`cycles.reason`)
-    failed        the cycle could not go on (an active cycle already, the agent deleted, a
-                  stage stalled)
+    failed        the cycle could not go on (an active cycle already, over the tenant's
+                  quota, the agent deleted, a stage stalled, cancelled)
 
 `TRANSITIONS` is the table; `move` is the only way a handler changes a cycle's state, and it
 refuses a step the table does not list, so the diagram in docs/architecture.md (`mermaid`,
@@ -29,6 +31,7 @@ from shared.store.models import Cycle
 
 
 class State(enum.StrEnum):
+    REQUESTED = "requested"
     DIAGNOSING = "diagnosing"
     SYNTHESIZING = "synthesizing"
     TRAINING = "training"
@@ -37,13 +40,15 @@ class State(enum.StrEnum):
     FAILED = "failed"
 
 
-ACTIVE = (State.DIAGNOSING, State.SYNTHESIZING, State.TRAINING, State.EVALUATING)
+ACTIVE = (State.REQUESTED, State.DIAGNOSING, State.SYNTHESIZING, State.TRAINING, State.EVALUATING)
 ENDED = (State.COMPLETED, State.FAILED)
 
 STALL = "stall"
 """The event of the stall watch (`services/evaluator/stall.py`), not a bus message."""
 CANCEL = "cancel"
 """`retrace cancel` on a cycle (`shared/cli/work.py`), not a bus message."""
+REQUEST = "request"
+"""The control API recording a cycle before it publishes its request, not a bus message."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,15 @@ _SETTLED = ("EnvironmentReady", "SynthesisFailed", "CapabilitiesIdentified")
 _JOB_DONE = ("AdapterTrained", "PromptOptimized", "TrainingFailed")
 
 TRANSITIONS: tuple[Transition, ...] = (
-    Transition(None, State.DIAGNOSING, ("CycleRequested",), "no other cycle of the agent active"),
-    Transition(None, State.FAILED, ("CycleRequested",), "another cycle of the agent active"),
+    Transition(None, State.REQUESTED, (REQUEST,), "started over the control API"),
+    *(
+        Transition(source, target, ("CycleRequested",), when)
+        for source in (None, State.REQUESTED)
+        for target, when in (
+            (State.DIAGNOSING, "no other cycle of the agent active, within quota"),
+            (State.FAILED, "another cycle of the agent active, or over quota"),
+        )
+    ),
     Transition(State.DIAGNOSING, State.SYNTHESIZING, ("CapabilitiesIdentified",), "kept some"),
     Transition(State.DIAGNOSING, State.EVALUATING, ("CapabilitiesIdentified",), "kept none: as is"),
     Transition(

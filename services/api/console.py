@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import distinct_on
 
 from shared.store.models import (
     Adapter,
@@ -32,7 +33,7 @@ from shared.store.models import (
     Evaluation,
     Trajectory,
 )
-from shared.store.tenants import live_key
+from shared.store.tenants import tenant_for_key
 
 COOKIE = "retrace_key"
 STYLE = """
@@ -215,9 +216,9 @@ class Console:
         key = request.cookies.get(COOKIE, "")
         if key:
             async with self.store.cross_tenant() as session:
-                row = await live_key(session, key)
-            if row is not None:
-                return str(row.tenant_id)
+                tenant = await tenant_for_key(session, key)
+            if tenant is not None:
+                return tenant
         raise web.HTTPSeeOther("/console/login")
 
     async def home(self, request: web.Request) -> web.Response:
@@ -239,8 +240,8 @@ class Console:
         form = await request.post()
         key = str(form.get("key", "")).strip()
         async with self.store.cross_tenant() as session:
-            row = await live_key(session, key) if key else None
-        if row is None:
+            tenant = await tenant_for_key(session, key)
+        if tenant is None:
             response = await self.login_form(request, failed=True)
             response.set_status(401)
             return response
@@ -266,10 +267,12 @@ class Console:
         tenant = await self.tenant(request)
         async with self.store.tenant(tenant) as session:
             agents = list(await session.scalars(select(Agent).order_by(Agent.name)))
-            latest = {
-                c.agent_id: c
-                for c in await session.scalars(select(Cycle).order_by(Cycle.created_at))
-            }
+            newest = (  # each agent's latest cycle, not every cycle
+                select(Cycle)
+                .ext(distinct_on(Cycle.agent_id))
+                .order_by(Cycle.agent_id, Cycle.created_at.desc())
+            )
+            latest = {c.agent_id: c for c in await session.scalars(newest)}
         rows = [
             [
                 f'<a href="/console/agents/{esc(a.name)}">{esc(a.name)}</a>',

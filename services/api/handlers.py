@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import time
 import uuid
 from collections import Counter
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from services.api import paging
@@ -45,6 +46,7 @@ from services.api.schema import (
     KeyCreated,
     KeyList,
     KeyOut,
+    QuotaStatus,
     TenantCreate,
     TenantList,
     TenantOut,
@@ -52,13 +54,15 @@ from services.api.schema import (
     TrajectoryOut,
     WorkOut,
 )
-from shared.cycle import ENDED
-from shared.envs.registry import available, get_environment
+from shared.cycle import ENDED, REQUEST, State, allowed
+from shared.envs.registry import available, canonical, get_environment, open_environment
 from shared.errors import PermanentError, RetryableError
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.logging import get_logger
 from shared.messages import CycleCompleted, CycleRequested
+from shared.runtime.http import ACTING_FOR
 from shared.runtime.service import Service
+from shared.store import quotas
 from shared.store.agents import (
     AgentBusyError,
     AgentExistsError,
@@ -66,6 +70,7 @@ from shared.store.agents import (
     create_agent,
     delete_agent,
     get_agent,
+    validate_agent_name,
 )
 from shared.store.engine import STORE_ERRORS
 from shared.store.models import (
@@ -84,8 +89,8 @@ from shared.store.tenants import (
     create_tenant,
     issue_api_key,
     list_api_keys,
-    live_key,
     revoke_api_key,
+    tenant_for_key,
 )
 from shared.store.work import NotCancellableError, cancel
 
@@ -108,12 +113,19 @@ def ok(body: Any, status: int = 200) -> web.Response:
 
 
 class Refused(Exception):
-    """A request the API answers with an error (`status`, `message`)."""
+    """A request the API answers with an error (`status`, `message`; `retry_after_s` for a
+    Retry-After header)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s
+
+
+def over_quota(exc: quotas.QuotaExceededError) -> Refused:
+    """A quota reached: 429, with when to try again where waiting frees one."""
+    return Refused(429, str(exc), exc.retry_after_s)
 
 
 async def body(request: web.Request, kind: type[T]) -> T:
@@ -148,6 +160,9 @@ async def refusals(request: web.Request, handler: Route) -> web.StreamResponse:
     try:
         return await handler(request)
     except Refused as exc:
+        if exc.status == 429:
+            retry = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+            return openai_error(429, exc.message, "quota_exceeded", headers=retry)
         return error(exc.status, exc.message)
     except paging.BadPageError as exc:
         return error(400, str(exc))
@@ -187,12 +202,14 @@ class ApiApp:
         r.add_post("/v1/adapters/{id}/demote", self.demote)
         r.add_get("/v1/trajectories", self.list_trajectories)
         r.add_get("/v1/trajectories/{id}", self.get_trajectory)
+        r.add_get("/v1/quotas", self.get_quotas)
         r.add_get("/v1/keys", self.list_keys)
         r.add_post("/v1/keys", self.create_key)
         r.add_delete("/v1/keys/{prefix}", self.revoke_key)
         r.add_get("/v1/admin/tenants", self.list_tenants)
         r.add_post("/v1/admin/tenants", self.create_tenant)
         r.add_post("/v1/admin/tenants/{tenant}/keys", self.create_tenant_key)
+        r.add_put("/v1/admin/tenants/{tenant}/quotas", self.set_quotas)
         Console(self._store, self.cycle_events).routes(app)
         from services.api.openapi import api_openapi  # built from this module's routes
         from shared.openapi import serve
@@ -214,11 +231,27 @@ class ApiApp:
             presented = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
             if not presented:
                 return error(401, "missing bearer token (a tenant API key)")
+            admin = self.cfg.admin_key
             async with self._store().cross_tenant() as session:
-                key = await live_key(session, presented)
-            if key is None:
-                return error(401, "unknown or revoked API key")
-            request[TENANT] = key.tenant_id
+                if admin is not None and hmac.compare_digest(presented.encode(), admin.encode()):
+                    # the operator (the CLI) acts for the tenant it names
+                    tenant = request.headers.get(ACTING_FOR, "")
+                    if not tenant:
+                        return error(
+                            401, f"the admin key acts for a tenant: name it in {ACTING_FOR}"
+                        )
+                    if await session.get(Tenant, tenant) is None:
+                        return error(
+                            404,
+                            f"no tenant {tenant[:80]!r}: create it first (`retrace tenant create "
+                            f"{tenant[:80]}` or POST /v1/admin/tenants)",
+                        )
+                else:
+                    found = await tenant_for_key(session, presented)
+                    if found is None:
+                        return error(401, "unknown or revoked API key")
+                    tenant = found
+            request[TENANT] = tenant
         return await handler(request)
 
     def _store(self) -> Any:
@@ -239,18 +272,24 @@ class ApiApp:
 
     async def create_agent(self, request: web.Request) -> web.Response:
         spec = await body(request, AgentCreate)
-        self._known_environment(spec.environment)
+        try:
+            validate_agent_name(spec.name)
+        except PermanentError as exc:
+            raise Refused(400, str(exc)) from None
+        environment = await self._known_environment(spec.environment)
         async with self._session(request) as session:
             try:
                 agent = await create_agent(
                     session,
                     spec.name,
                     model=spec.model,
-                    environment=spec.environment,
+                    environment=environment,
                     system_prompt=spec.system_prompt,
                 )
             except AgentExistsError as exc:
                 raise Refused(409, str(exc)) from None
+            except quotas.QuotaExceededError as exc:
+                raise over_quota(exc) from None
             out = AgentOut.of(agent)
         return ok(out, 201)
 
@@ -261,7 +300,9 @@ class ApiApp:
     async def update_agent(self, request: web.Request) -> web.Response:
         change = await body(request, AgentUpdate)
         if change.environment is not None:
-            self._known_environment(change.environment)
+            change = msgspec.structs.replace(
+                change, environment=await self._known_environment(change.environment)
+            )
         async with self._session(request) as session:
             agent = await self._agent(session, request.match_info["name"])
             for field in ("model", "environment", "system_prompt"):
@@ -290,12 +331,17 @@ class ApiApp:
         except AgentNotFoundError as exc:
             raise Refused(404, str(exc)) from None
 
-    def _known_environment(self, ref: str) -> None:
-        """Built-in, installed, a URL or an MCP file: anything else is refused now rather
-        than failing the first cycle."""
-        if ref in available() or ref.startswith(("http://", "https://", "mcp:", "tau2:")):
-            return
-        raise Refused(400, f"unknown environment {ref!r} (GET /v1/environments lists them)")
+    async def _known_environment(self, ref: str) -> str:
+        """The reference as stored, once the environment has opened (built in, installed, an
+        HTTP server that answers, an MCP file that exists): one that cannot run is refused
+        now rather than failing the first cycle."""
+        if not (ref in available() or ref.startswith(("http://", "https://", "mcp:", "tau2:"))):
+            raise Refused(400, f"unknown environment {ref!r} (GET /v1/environments lists them)")
+        try:
+            await open_environment(canonical(ref))
+        except (PermanentError, RetryableError) as exc:
+            raise Refused(400, f"environment {ref!r} cannot be opened: {exc}") from None
+        return canonical(ref)
 
     # -- environments -------------------------------------------------------------------------
 
@@ -318,8 +364,11 @@ class ApiApp:
     # -- cycles -------------------------------------------------------------------------------
 
     async def start_cycle(self, request: web.Request) -> web.Response:
-        """Request a cycle for the agent (202: the evaluator runs it); a repeat with the same
-        `cycle_id` requests nothing new; an agent with a cycle under way gets a 409."""
+        """Request a cycle for the agent (202: the evaluator runs it). The cycle is recorded
+        as `requested` first, so it can be followed at once, then its request published; a
+        repeat with the same `cycle_id` publishes it again while it is still requested (the
+        bus drops the copy), and requests nothing new after; an agent with a cycle under way
+        gets a 409, a tenant at its quota a 429."""
         start = await body(request, CycleStart)
         cycle_id = start.cycle_id or uuid.uuid4()
         async with self._session(request) as session:
@@ -328,20 +377,57 @@ class ApiApp:
             if existing is not None:
                 if existing.agent_id != agent.id:
                     raise Refused(409, f"cycle {cycle_id} is another agent's")
-                return ok(CycleOut.of(existing), 202)
+                if existing.state != State.REQUESTED:
+                    return ok(CycleOut.of(existing), 202)
+                # sent again as first asked (the evaluator has not taken it yet)
+                recorded = msgspec.convert(existing.data, CycleStart)
+                return await self._publish(request, CycleOut.of(existing), recorded, fresh=False)
             active = await session.scalar(
                 select(Cycle.id).where(Cycle.agent_id == agent.id, Cycle.state.not_in(ENDED))
             )
-            agent_id = agent.id
-        if active is not None:
-            raise Refused(409, f"agent has a cycle under way: {active} (cancel it first)")
+            if active is not None:
+                raise Refused(409, f"agent has a cycle under way: {active} (cancel it first)")
+            try:  # the evaluator checks again when it takes the request (this answers now)
+                await quotas.check_cycle(session, request[TENANT])
+            except quotas.QuotaExceededError as exc:
+                raise over_quota(exc) from None
+            if not allowed(None, State.REQUESTED, REQUEST):
+                raise AssertionError("the cycle table has no requested state")
+            row = Cycle(
+                id=cycle_id,
+                agent_id=agent.id,
+                state=State.REQUESTED,
+                trigger="manual",
+                # the settings, as the evaluator's cycle data keeps them once it takes it
+                data={"settings": msgspec.to_builtins(start.settings)},
+            )
+            session.add(row)
+            await session.flush()
+            await session.refresh(row)
+            out = CycleOut.of(row)
+        return await self._publish(request, out, start, fresh=True)
+
+    async def _publish(
+        self, request: web.Request, cycle: CycleOut, start: CycleStart, *, fresh: bool
+    ) -> web.Response:
+        """Publish a recorded cycle's request (after its transaction committed). When the
+        bus cannot take it, a row this request made is removed again (a retry with the same
+        `cycle_id` starts over) and the answer is a 503."""
         assert self.service is not None and self.service.bus is not None
-        await self.service.bus.publish(
-            request[TENANT],
-            CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=start.settings),
-            msg_id=f"api-cycle/{cycle_id}",
+        message = CycleRequested(
+            cycle_id=cycle.id, agent_id=cycle.agent_id, settings=start.settings
         )
-        return ok(CycleOut(id=cycle_id, agent_id=agent_id, state="requested"), 202)
+        try:
+            await self.service.bus.publish(request[TENANT], message, msg_id=f"api-cycle/{cycle.id}")
+        except RetryableError as exc:
+            log.warning("cycle request not published", cycle=str(cycle.id), error=str(exc))
+            if fresh:
+                async with self._session(request) as session:
+                    await session.execute(
+                        delete(Cycle).where(Cycle.id == cycle.id, Cycle.state == State.REQUESTED)
+                    )
+            raise Refused(503, "the bus is unavailable: no cycle was started; try again") from None
+        return ok(cycle, 202)
 
     async def list_cycles(self, request: web.Request) -> web.Response:
         rows, cursor = await self._page(request, Cycle)
@@ -352,14 +438,20 @@ class ApiApp:
     ) -> tuple[list[Any], str | None]:
         """A page of the tenant's `model` rows matching `where`, of the agent the `agent`
         parameter names when there is one, and the next page's cursor."""
+        async with self._session(request) as session:
+            return await self._page_in(session, request, model, *where)
+
+    async def _page_in(
+        self, session: Any, request: web.Request, model: Any, *where: Any
+    ) -> tuple[list[Any], str | None]:
+        """`_page` in a session the caller holds."""
         limit = paging.limit_of(request.query.get("limit"))
         query = select(model).where(*where)
-        async with self._session(request) as session:
-            if "agent" in request.query:
-                agent = await self._agent(session, request.query["agent"])
-                query = query.where(model.agent_id == agent.id)
-            query = paging.paged(query, model, request.query.get("cursor"), limit)
-            return paging.page(list(await session.scalars(query)), limit)
+        if "agent" in request.query:
+            agent = await self._agent(session, request.query["agent"])
+            query = query.where(model.agent_id == agent.id)
+        query = paging.paged(query, model, request.query.get("cursor"), limit)
+        return paging.page(list(await session.scalars(query)), limit)
 
     async def get_cycle(self, request: web.Request) -> web.Response:
         return ok(await self._cycle(request[TENANT], uuid_of(request.match_info["id"], "cycle")))
@@ -443,11 +535,14 @@ class ApiApp:
         return ok(CapabilityList(data=[CapabilityOut.of(c) for c in rows], next_cursor=cursor))
 
     async def list_adapters(self, request: web.Request) -> web.Response:
-        rows, cursor = await self._page(request, Adapter)
+        cycle_id = query_uuid(request, "cycle")
+        where = [Adapter.cycle_id == cycle_id] if cycle_id is not None else []
         async with self._session(request) as session:
+            rows, cursor = await self._page_in(session, request, Adapter, *where)
+            owners = select(Agent).where(Agent.id.in_({a.agent_id for a in rows}))
             serving = {
                 str(a)
-                for agent in await session.scalars(select(Agent))
+                for agent in await session.scalars(owners)
                 for a in agent.production_adapters or []
             }
         data = [AdapterOut.of(a, str(a.id) in serving) for a in rows]
@@ -530,12 +625,21 @@ class ApiApp:
                 raise Refused(404, str(exc)) from None
             return ok(KeyOut.of(row))
 
+    async def get_quotas(self, request: web.Request) -> web.Response:
+        """The tenant's quotas and what counts against them now."""
+        async with self._session(request) as session:
+            tenant = await session.get(Tenant, request[TENANT])
+            assert tenant is not None  # its key was just found live
+            return ok(
+                QuotaStatus(quotas=quotas.parse(tenant.quotas), usage=await quotas.usage(session))
+            )
+
     # -- operator -----------------------------------------------------------------------------
 
     async def list_tenants(self, request: web.Request) -> web.Response:
         async with self._store().cross_tenant() as session:
             rows = await session.scalars(select(Tenant).order_by(Tenant.id))
-            return ok(TenantList(data=[TenantOut(id=t.id, name=t.name) for t in rows]))
+            return ok(TenantList(data=[TenantOut.of(t) for t in rows]))
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         spec = await body(request, TenantCreate)
@@ -546,7 +650,7 @@ class ApiApp:
                 raise Refused(409, str(exc)) from None
             except PermanentError as exc:  # an id tenants cannot have
                 raise Refused(400, str(exc)) from None
-            out = TenantOut(id=tenant.id, name=tenant.name)
+            out = TenantOut.of(tenant)
         return ok(out, 201)
 
     async def create_tenant_key(self, request: web.Request) -> web.Response:
@@ -557,6 +661,15 @@ class ApiApp:
         async with self._store().tenant(tenant) as session:
             key = await issue_api_key(session, tenant, name="admin")
         return ok(KeyCreated(key=key, prefix=key[:16]), 201)
+
+    async def set_quotas(self, request: web.Request) -> web.Response:
+        """Replace a tenant's quotas (null or absent: no limit)."""
+        limits = await body(request, quotas.Quotas)
+        tenant = request.match_info["tenant"]
+        async with self._store().cross_tenant() as session:
+            if await session.get(Tenant, tenant) is None:
+                raise Refused(404, f"no tenant {tenant!r}")
+            return ok(TenantOut.of(await quotas.set_quotas(session, tenant, limits)))
 
 
 def _registered() -> list[EnvironmentOut]:

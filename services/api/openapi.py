@@ -21,6 +21,7 @@ from services.api.schema import (
     KeyCreated,
     KeyList,
     KeyOut,
+    QuotaStatus,
     TenantCreate,
     TenantList,
     TenantOut,
@@ -30,6 +31,7 @@ from services.api.schema import (
 from shared.llm.openai_types import ErrorResponse
 from shared.openapi import Route, document
 from shared.runtime.http import Health
+from shared.store.quotas import Quotas
 
 PAGED = " Paged: `limit` (1-200, 50) and `cursor` (a page's `next_cursor`)."
 
@@ -56,7 +58,7 @@ ROUTES = (
     Route("get", "/v1/capabilities", "Capabilities found, with statistics and evidence "
           "(`agent`, `cycle` filter)." + PAGED, response=CapabilityList),
     Route("get", "/v1/adapters", "Adapters with training curves, held-out results and whether "
-          "they serve (`agent` filters)." + PAGED, response=AdapterList),
+          "they serve (`agent`, `cycle` filter)." + PAGED, response=AdapterList),
     Route("post", "/v1/adapters/{id}/promote", "Serve a ready adapter (by hand)",
           response=AdapterOut),
     Route("post", "/v1/adapters/{id}/demote", "Stop serving an adapter (by hand)",
@@ -65,6 +67,8 @@ ROUTES = (
           "`adapter`, `source`, `success` filter)." + PAGED, response=TrajectoryList),
     Route("get", "/v1/trajectories/{id}", "One trajectory with its messages and reward "
           "breakdown", response=TrajectoryOut),
+    Route("get", "/v1/quotas", "The tenant's quotas (null: no limit) and its usage; a request "
+          "over one is answered 429 `quota_exceeded`", response=QuotaStatus),
     Route("get", "/v1/keys", "The tenant's API keys (prefixes only), revoked ones included",
           response=KeyList),
     Route("post", "/v1/keys", "A new key for the tenant, shown once (201)", response=KeyCreated),
@@ -74,6 +78,9 @@ ROUTES = (
           TenantOut),
     Route("post", "/v1/admin/tenants/{tenant}/keys", "A key for a tenant (operator key; 201)",
           response=KeyCreated),
+    Route("put", "/v1/admin/tenants/{tenant}/quotas", "Replace a tenant's quotas: `max_agents`, "
+          "`max_active_cycles`, `max_cycles_per_day` (null or absent: no limit; operator key)",
+          Quotas, TenantOut),
     *(
         Route(method, path, f"Console (HTML, signed in by a cookie): {what}", media=media,
               secured=False)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import msgspec
 
 from shared.messages import CycleSettings
+from shared.store import quotas
 from shared.store.models import (
     Adapter,
     Agent,
@@ -18,10 +19,20 @@ from shared.store.models import (
     Capability,
     Cycle,
     Environment,
+    Tenant,
     Trajectory,
 )
+from shared.store.quotas import Quotas, Usage
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern="^[a-z0-9_-]+$")]
+Name = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=100,
+        description="1-100 lowercase letters, digits, '-' and '_' (checked by the handler, "
+        "whose 400 says so in words)",
+    ),
+]
 Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern="^[^\x00]*$")]
 """Any text but U+0000, which Postgres cannot store."""
 Ref = Annotated[str, msgspec.Meta(min_length=1, max_length=2000, pattern="^[^\x00]*$")]
@@ -308,6 +319,18 @@ class TenantCreate(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
 class TenantOut(msgspec.Struct, kw_only=True, frozen=True):
     id: str
     name: str
+    quotas: Quotas = msgspec.field(default_factory=Quotas)
+
+    @classmethod
+    def of(cls, row: Tenant) -> TenantOut:
+        return cls(id=row.id, name=row.name, quotas=quotas.parse(row.quotas))
+
+
+class QuotaStatus(msgspec.Struct, kw_only=True, frozen=True):
+    """A tenant's quotas (null: no limit) and its usage against them."""
+
+    quotas: Quotas
+    usage: Usage
 
 
 class TenantList(msgspec.Struct, kw_only=True, frozen=True):

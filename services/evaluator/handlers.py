@@ -56,6 +56,7 @@ from shared.messages import (
     TrainingFailed,
 )
 from shared.routing.modes import BaseOnly, RoutingMode, embedding_routing
+from shared.store import quotas
 from shared.store.models import Adapter, Agent, Cycle, TrainingJob
 
 log = get_logger(__name__)
@@ -87,8 +88,11 @@ class EvaluatorHandlers:
     # -- start -------------------------------------------------------------------------------
 
     async def cycle_requested(self, msg: CycleRequested, ctx: HandlerContext) -> None:
-        if await ctx.session.get(Cycle, msg.cycle_id) is not None:
-            return  # a repeat
+        # the control API records its cycles as requested before publishing (locked: a
+        # cancel may be on its way); any other state is a repeat
+        row = await ctx.session.get(Cycle, msg.cycle_id, with_for_update=True)
+        if row is not None and (row.state != State.REQUESTED or row.agent_id != msg.agent_id):
+            return
         agent = await ctx.session.get(Agent, msg.agent_id)
         if agent is None:
             # no agent row to hang a cycle on (the foreign key): nothing to record
@@ -96,21 +100,28 @@ class EvaluatorHandlers:
             return
         on = type(msg).__name__
         active = await ctx.session.scalar(
-            select(Cycle).where(Cycle.agent_id == agent.id, Cycle.state.in_(machine.ACTIVE))
+            select(Cycle).where(
+                Cycle.agent_id == agent.id,
+                Cycle.state.in_(machine.ACTIVE),
+                Cycle.id != msg.cycle_id,
+            )
         )
         if active is not None:
             why = f"{agent.name} already has an active cycle ({active.id}, {active.state})"
-            failed = _new_cycle(ctx, msg, agent, State.FAILED, CycleData(settings=msg.settings), on)
-            failed.error = failed.reason = why
-            ctx.emit(CycleCompleted(cycle_id=msg.cycle_id, outcome="failed", reason=why))
+            _refused(ctx, msg, agent, why, on, row)
             return
         env = await open_environment(agent.environment)
         tasks = pick_tasks(
             [t for t in env.tasks() if t.split == "train"], msg.settings.diagnose_tasks
         )
+        try:  # last before the row: the check locks the tenant's row until this commits
+            await quotas.check_cycle(ctx.session, ctx.tenant, besides=msg.cycle_id)
+        except quotas.QuotaExceededError as exc:
+            _refused(ctx, msg, agent, str(exc), on, row)
+            return
         request_id = uuid.uuid4()
         data = CycleData(settings=msg.settings, diagnosis=Diagnosis(request_id=str(request_id)))
-        _new_cycle(ctx, msg, agent, State.DIAGNOSING, data, on)
+        _new_cycle(ctx, msg, agent, State.DIAGNOSING, data, on, row)
         ctx.emit(
             RolloutRequested(
                 request_id=request_id,
@@ -468,8 +479,14 @@ def _new_cycle(
     state: State,
     data: CycleData,
     on: str,
+    requested: Cycle | None = None,
 ) -> Cycle:
-    """The requested cycle's row, starting in `state` (a first step of the table)."""
+    """The requested cycle's row, starting in `state` (a first step of the table): the row
+    the control API recorded (`requested`), else a new one."""
+    if requested is not None:
+        machine.move(requested, state, on)
+        save(requested, data)
+        return requested
     if not machine.allowed(None, state, on):
         raise machine.IllegalTransition(f"a cycle cannot start {state} on {on}")
     cycle = Cycle(
@@ -478,6 +495,22 @@ def _new_cycle(
     save(cycle, data)
     ctx.session.add(cycle)
     return cycle
+
+
+def _refused(
+    ctx: HandlerContext,
+    msg: CycleRequested,
+    agent: Agent,
+    why: str,
+    on: str,
+    requested: Cycle | None,
+) -> None:
+    """The requested cycle recorded as failed before it started, saying why."""
+    data = CycleData(settings=msg.settings)
+    failed = _new_cycle(ctx, msg, agent, State.FAILED, data, on, requested)
+    failed.error = failed.reason = why
+    ctx.emit(CycleCompleted(cycle_id=msg.cycle_id, outcome="failed", reason=why))
+    log.warning("cycle refused", cycle=str(msg.cycle_id), reason=why)
 
 
 def _listed(failures: dict[str, str]) -> str:

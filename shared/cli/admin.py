@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
+import msgspec
 from rich.table import Table
 
 from shared.cli.context import load_settings, make_console, open_store, urls
-from shared.envs.registry import canonical, get_environment
-from shared.errors import PermanentError, RetryableError
+from shared.cli.control import ControlApi
+from shared.envs.registry import canonical
+from shared.errors import PermanentError
 from shared.store import migrate as migrations
-from shared.store.agents import create_agent, delete_agent, list_agents
+from shared.store import quotas
+from shared.store.models import Tenant
 from shared.store.tenants import (
     create_tenant,
     delete_tenant,
@@ -147,15 +151,77 @@ def tenant_list() -> None:
     """List tenants."""
     cfg = load_settings()
 
-    async def run() -> list[tuple[str, str, str]]:
+    async def run() -> list[tuple[str, str, str, str]]:
         async with open_store(cfg) as store, store.cross_tenant() as session:
-            return [(t.id, t.name, t.created_at.isoformat()) for t in await list_tenants(session)]
+            return [
+                (t.id, t.name, t.created_at.isoformat(), _limits(quotas.parse(t.quotas)))
+                for t in await list_tenants(session)
+            ]
 
     table = Table(title="tenants")
-    for col in ("id", "name", "created"):
+    for col in ("id", "name", "created", "quotas"):
         table.add_column(col)
     for row in _run(run()):
         table.add_row(*row)
+    console.print(table)
+
+
+class _Limit(click.ParamType):
+    """A quota: a whole number, or `none` for no limit."""
+
+    name = "N|none"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> object:
+        if value is None or isinstance(value, int) or value == UNLIMITED:
+            return value
+        text = str(value).strip().lower()
+        if text == "none":
+            return UNLIMITED
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is not a whole number or 'none'", param, ctx)
+
+
+UNLIMITED = "none"
+
+
+@tenant.command("quota")
+@click.argument("tenant_id")
+@click.option("--max-agents", type=_Limit(), help="Agents it may have.")
+@click.option("--max-active-cycles", type=_Limit(), help="Cycles it may run at once.")
+@click.option("--max-cycles-per-day", type=_Limit(), help="Cycles it may start in 24 hours.")
+def tenant_quota(tenant_id: str, **given: int | str | None) -> None:
+    """Show a tenant's quotas and usage; with options, change those named first (`none`: no
+    limit). A request over a quota is refused, saying which (the API answers 429)."""
+    cfg = load_settings()
+    changes = {name: None if v == UNLIMITED else v for name, v in given.items() if v is not None}
+
+    async def run() -> tuple[quotas.Quotas, quotas.Usage]:
+        async with open_store(cfg) as store:
+            async with store.cross_tenant() as session:
+                tenant = await session.get(Tenant, tenant_id)
+                if tenant is None:
+                    raise PermanentError(f"no tenant {tenant_id!r} (`retrace tenant list`)")
+                limits = quotas.parse(tenant.quotas)
+                if changes:
+                    limits = msgspec.structs.replace(limits, **changes)
+                    await quotas.set_quotas(session, tenant_id, limits)
+            async with store.tenant(tenant_id) as session:
+                return limits, await quotas.usage(session)
+
+    limits, used = _run(run())
+    table = Table(title=f"quotas of {tenant_id}")
+    for col in ("quota", "limit", "used"):
+        table.add_column(col)
+    for name, count in (
+        ("max_agents", used.agents),
+        ("max_active_cycles", used.active_cycles),
+        ("max_cycles_per_day", used.cycles_last_day),
+    ):
+        limit = getattr(limits, name)
+        table.add_row(name, "none" if limit is None else str(limit), str(count))
     console.print(table)
 
 
@@ -198,24 +264,49 @@ def agent() -> None:
 def agent_create(
     name: str, tenant_id: str, model: str, environment: str, prompt_file: Path | None
 ) -> None:
-    """Register an agent for a tenant."""
-    cfg = load_settings()
-    prompt = prompt_file.read_text(encoding="utf-8") if prompt_file else ""
-    environment = canonical(environment)
-    try:
-        get_environment(environment)  # a name that cannot run fails now, not at rollout
-    except (PermanentError, RetryableError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    """Register an agent for a tenant (through the control API)."""
+    body = {
+        "name": name,
+        "model": model,
+        "environment": canonical(environment),  # an mcp: file, absolute from here
+        "system_prompt": prompt_file.read_text(encoding="utf-8") if prompt_file else "",
+    }
+    made = _api(tenant_id, lambda api: api.call("POST", "/v1/agents", body))
+    console.print(f"agent [bold]{name}[/bold] created for tenant {tenant_id} ({made['id']})")
 
-    async def run() -> str:
-        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            created = await create_agent(
-                session, name, model=model, environment=environment, system_prompt=prompt
-            )
-            return str(created.id)
 
-    agent_id = _run(run())
-    console.print(f"agent [bold]{name}[/bold] created for tenant {tenant_id} ({agent_id})")
+@agent.command("update")
+@click.argument("name")
+@click.option(
+    "--tenant", "tenant_id", default=DEFAULT_TENANT, envvar="RETRACE_TENANT", show_default=True
+)
+@click.option("--model", default=None, help="A new base model.")
+@click.option("--env", "environment", default=None, help="A new target environment.")
+@click.option(
+    "--prompt",
+    "prompt_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File holding the new system prompt.",
+)
+def agent_update(
+    name: str,
+    tenant_id: str,
+    model: str | None,
+    environment: str | None,
+    prompt_file: Path | None,
+) -> None:
+    """Change an agent's model, environment or system prompt (only those given)."""
+    change: dict[str, str] = {}
+    if model is not None:
+        change["model"] = model
+    if environment is not None:
+        change["environment"] = canonical(environment)
+    if prompt_file is not None:
+        change["system_prompt"] = prompt_file.read_text(encoding="utf-8")
+    if not change:
+        raise click.UsageError("nothing to change: give --model, --env or --prompt")
+    _api(tenant_id, lambda api: api.call("PATCH", f"/v1/agents/{_segment(name)}", change))
+    console.print(f"agent [bold]{name}[/bold] of {tenant_id} updated: {', '.join(change)}")
 
 
 @agent.command("list")
@@ -224,20 +315,13 @@ def agent_create(
 )
 def agent_list(tenant_id: str) -> None:
     """List a tenant's agents."""
-    cfg = load_settings()
-
-    async def run() -> list[tuple[str, str, str, str]]:
-        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            return [
-                (a.name, a.model, a.environment, a.created_at.isoformat())
-                for a in await list_agents(session)
-            ]
-
+    agents = _api(tenant_id, lambda api: api.every("/v1/agents"))
     table = Table(title=f"agents of {tenant_id}")
-    for col in ("name", "model", "environment", "created"):
+    for col in ("name", "model", "environment", "adapters serving", "created"):
         table.add_column(col)
-    for row in _run(run()):
-        table.add_row(*row)
+    for a in sorted(agents, key=lambda a: a["name"]):
+        serving = str(len(a["production_adapters"]))
+        table.add_row(a["name"], a["model"], a["environment"], serving, a["created_at"])
     console.print(table)
 
 
@@ -253,14 +337,29 @@ def agent_delete(name: str, tenant_id: str, yes: bool) -> None:
     artifact store."""
     if not yes:
         click.confirm(f"delete agent {name!r} of {tenant_id} and all it recorded?", abort=True)
-    cfg = load_settings()
-
-    async def run() -> None:
-        async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            await delete_agent(session, name)
-
-    _run(run())
+    _api(tenant_id, lambda api: api.call("DELETE", f"/v1/agents/{_segment(name)}"))
     console.print(f"agent [bold]{name}[/bold] of {tenant_id} deleted")
+
+
+def _api(tenant_id: str, action: Callable[[ControlApi], Awaitable[T]]) -> T:
+    """Run one tenant-level action through the control API."""
+    client = ControlApi.connect(load_settings(), tenant_id)
+
+    async def run() -> T:
+        async with client as api:
+            return await action(api)
+
+    return asyncio.run(run())
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _limits(limits: quotas.Quotas) -> str:
+    """The quotas set, as `name=N` pairs ("-" when none is)."""
+    set_ = {k: v for k, v in msgspec.structs.asdict(limits).items() if v is not None}
+    return ", ".join(f"{k.removeprefix('max_')}={v}" for k, v in set_.items()) or "-"
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:

@@ -8,64 +8,47 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 import msgspec
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
 
-from shared.bus import NatsBus
-from shared.cli.context import load_settings, make_console, open_store, urls
-from shared.cli.work import bar, running
-from shared.config import ServiceConfig
-from shared.errors import PermanentError
-from shared.messages import CycleRequested, CycleSettings
-from shared.store.agents import get_agent
-from shared.store.models import Adapter, Cycle, TrainingJob, Trajectory
+from shared.cli.context import load_settings, make_console
+from shared.cli.control import ApiUnavailable, ControlApi
+from shared.messages import CycleSettings
 
 console = make_console()
 ENDED = ("completed", "failed")
 
 
-async def _snapshot(cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID) -> dict[str, Any]:
-    async with open_store(cfg) as store, store.tenant(tenant) as session:
-        cycle = await session.get(Cycle, cycle_id)
-        if cycle is None:
-            return {"state": "requested"}
-        rollouts = await session.scalar(
-            select(func.count()).select_from(Trajectory).where(Trajectory.cycle_id == cycle_id)
-        )
-        jobs = list(
-            await session.scalars(select(TrainingJob).where(TrainingJob.cycle_id == cycle_id))
-        )
-        steps = []
-        for j in jobs:
-            progress = j.config.get("progress") or {}
-            reward = progress.get("mean_reward")
-            steps.append(
-                f"{progress.get('step', 0)} steps"
-                + (f", reward {reward:.2f}" if reward is not None else "")
-                + f" ({j.status})"
-            )
-        adapters = await session.scalars(select(Adapter).where(Adapter.cycle_id == cycle_id))
-        work = await running(session, cycle_id)
-        return {
-            "work": [bar(w) for w in work],
-            "state": cycle.state,
-            "heldout": {a.name: a.heldout for a in adapters if a.heldout},
-            "rollouts": rollouts or 0,
-            "training": ", ".join(steps),
-            "reason": cycle.reason,
-            "error": cycle.error,
-            "data": cycle.data,
-        }
+async def _snapshot(api: ControlApi, cycle_id: uuid.UUID) -> dict[str, Any]:
+    """The cycle as the control API gives it, with its adapters' held-out results and
+    training curves (`heldout`, `curves`) and its running work as progress lines."""
+    cycle = await api.call("GET", f"/v1/cycles/{cycle_id}")
+    adapters = [
+        a
+        for a in await api.every(f"/v1/adapters?cycle={cycle_id}")
+        if a["cycle_id"] == str(cycle_id)
+    ]
+    return {
+        **cycle,
+        "work": [_progress(w) for w in cycle.get("work") or []],
+        "heldout": {a["name"]: a["heldout"] for a in adapters if a["heldout"]},
+        "curves": [(a["name"], a["training_curve"]) for a in adapters],
+    }
+
+
+def _progress(work: dict[str, Any]) -> str:
+    """A running job as one line: what, how far, of how much."""
+    total = work["total"]
+    share = f" ({work['done'] / total:.0%})" if total else ""
+    return f"{work['label']}: {work['done']}/{total} {work['unit']}{share}"
 
 
 async def run_improve(
-    cfg: ServiceConfig,
-    tenant: str,
+    api: ControlApi,
     agent_name: str,
     settings: CycleSettings,
     wait_s: float,
@@ -73,55 +56,35 @@ async def run_improve(
 ) -> tuple[uuid.UUID, dict[str, Any]]:
     """Request a cycle (`cycle_id`, or a new id) and follow it until it ends."""
     cycle_id = cycle_id or uuid.uuid4()
-    await request_cycle(cfg, tenant, agent_name, settings, cycle_id)
-    return cycle_id, await follow_cycle(cfg, tenant, cycle_id, wait_s)
+    await request_cycle(api, agent_name, settings, cycle_id)
+    return cycle_id, await follow_cycle(api, cycle_id, wait_s)
 
 
 async def request_cycle(
-    cfg: ServiceConfig,
-    tenant: str,
-    agent_name: str,
-    settings: CycleSettings,
-    cycle_id: uuid.UUID,
+    api: ControlApi, agent_name: str, settings: CycleSettings, cycle_id: uuid.UUID
 ) -> None:
-    """Publish the cycle's request (idempotent: the message id is the cycle's)."""
-    nats_url, _ = urls(cfg, start=False)
-    if not nats_url:
-        raise click.ClickException("nothing is running: start the services first with `retrace up`")
-    async with open_store(cfg) as store, store.tenant(tenant) as session:
-        agent = await get_agent(session, agent_name)
-    bus = await NatsBus.connect(nats_url, cfg.nats)
-    try:
-        await bus.publish(
-            tenant,
-            CycleRequested(cycle_id=cycle_id, agent_id=agent.id, settings=settings),
-            msg_id=f"cli-improve/{cycle_id}",
-        )
-    finally:
-        await bus.close()
+    """Start the cycle through the control API (idempotent: the id is the caller's)."""
+    body = {"cycle_id": str(cycle_id), "settings": msgspec.to_builtins(settings)}
+    await api.call("POST", f"/v1/agents/{quote(agent_name, safe='')}/cycles", body)
 
 
-async def follow_cycle(
-    cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID, wait_s: float
-) -> dict[str, Any]:
+async def follow_cycle(api: ControlApi, cycle_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
     """The cycle's snapshot once it has ended, its progress shown meanwhile."""
     deadline = time.monotonic() + wait_s
     started = time.monotonic()
     with console.status("cycle requested") as status:
         while time.monotonic() < deadline:
             try:
-                snap = await _snapshot(cfg, tenant, cycle_id)
-            except (SQLAlchemyError, OSError) as exc:
-                # following is read-only: a store that is slow or restarting for a moment
-                # must not end a follower of a cycle that takes hours (it goes on meanwhile)
-                status.update(f"store unavailable, retrying: {exc!r}"[:200])
+                snap = await _snapshot(api, cycle_id)
+            except ApiUnavailable as exc:
+                # following is read-only: an API or store that is slow or restarting for a
+                # moment must not end a follower of a cycle that takes hours
+                status.update(f"control API unavailable, retrying: {exc.message}"[:200])
                 await asyncio.sleep(5.0)
                 continue
             elapsed = time.monotonic() - started
             status.update(
-                f"[bold]{snap['state']}[/]  rollouts {snap.get('rollouts', 0)}"
-                + (f"  training: {snap['training']}" if snap.get("training") else "")
-                + f"  {elapsed:.0f}s"
+                f"[bold]{snap['state']}[/]  {elapsed:.0f}s"
                 + "".join(f"\n  {escape(line)}" for line in snap.get("work") or [])
             )
             if snap["state"] in ENDED:
@@ -305,16 +268,6 @@ def _error_bar(stats: dict[str, Any]) -> tuple[float, float]:
     return max(0.0, rate - low), max(0.0, high - rate)
 
 
-async def _curves(
-    cfg: ServiceConfig, tenant: str, cycle_id: uuid.UUID
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    async with open_store(cfg) as store, store.tenant(tenant) as session:
-        return [
-            (a.name, a.training_curve or [])
-            for a in await session.scalars(select(Adapter).where(Adapter.cycle_id == cycle_id))
-        ]
-
-
 @click.command("improve")
 @click.argument("agent_name")
 @click.option("--tenant", default="default", envvar="RETRACE_TENANT", show_default=True)
@@ -407,11 +360,13 @@ def improve(
         settings = msgspec.convert(raw, CycleSettings)
     except msgspec.ValidationError as exc:
         raise click.BadParameter(str(exc)) from exc
-    cfg = load_settings()
-    try:
-        _, snap = asyncio.run(run_improve(cfg, tenant, agent_name, settings, wait_s))
-    except PermanentError as exc:
-        raise click.ClickException(str(exc)) from exc
+    client = ControlApi.connect(load_settings(), tenant)
+
+    async def run() -> dict[str, Any]:
+        async with client as api:
+            return (await run_improve(api, agent_name, settings, wait_s))[1]
+
+    snap = asyncio.run(run())
     print_report(snap)
     if snap["state"] == "failed":
         raise SystemExit(1)
@@ -428,24 +383,17 @@ def improve(
 )
 def report(agent_name: str, tenant: str, out: Path | None) -> None:
     """The agent's latest cycle: its report, as tables (and Markdown plus plots with --out)."""
-    cfg = load_settings()
+    client = ControlApi.connect(load_settings(), tenant)
 
-    async def run() -> tuple[uuid.UUID, dict[str, Any], list[tuple[str, list[dict[str, Any]]]]]:
-        async with open_store(cfg) as store, store.tenant(tenant) as session:
-            agent = await get_agent(session, agent_name)
-            cycle = await session.scalar(
-                select(Cycle).where(Cycle.agent_id == agent.id).order_by(Cycle.created_at.desc())
-            )
-        if cycle is None:
-            raise click.ClickException(f"no cycle for {agent_name!r}: run `retrace improve`")
-        snap = await _snapshot(cfg, tenant, cycle.id)
-        return cycle.id, snap, await _curves(cfg, tenant, cycle.id)
+    async def run() -> dict[str, Any]:
+        async with client as api:
+            latest = await api.call("GET", f"/v1/cycles?agent={quote(agent_name, safe='')}&limit=1")
+            if not latest["data"]:
+                raise click.ClickException(f"no cycle for {agent_name!r}: run `retrace improve`")
+            return await _snapshot(api, uuid.UUID(latest["data"][0]["id"]))
 
-    try:
-        _, snap, curves = asyncio.run(run())
-    except PermanentError as exc:
-        raise click.ClickException(str(exc)) from exc
+    snap = asyncio.run(run())
     print_report(snap)
     if out is not None:
-        for path in write_report(snap, curves, out):
+        for path in write_report(snap, snap["curves"], out):
             console.print(f"wrote {path}")

@@ -27,6 +27,7 @@ from shared.cli.context import (
     read_state,
     urls,
 )
+from shared.cli.control import admin_key_path, make_admin_key
 from shared.cli.demo import demo
 from shared.cli.envs import env
 from shared.cli.failures import unreachable
@@ -130,6 +131,7 @@ def up(only: tuple[str, ...], port_offset: int, ready_timeout: float, model: str
         code = asyncio.run(_run_supervisor(cfg, state, ready_timeout, served))
     finally:
         context.state_path(cfg).unlink(missing_ok=True)
+        admin_key_path(cfg).unlink(missing_ok=True)
         if cfg.nats.url is None or cfg.database.url is None:
             stopped = stop_embedded(cfg.storage.data_path)
             console.print("stopped embedded " + (", ".join(stopped) or "servers"))
@@ -161,6 +163,9 @@ async def _run_supervisor(
 ) -> int:
     env = child_env(state.nats_url, state.database_url)
     env["RETRACE_DATABASE_SCHEMA"] = cfg.database.schema
+    if not env.get("RETRACE_API_ADMIN_KEY"):
+        # the operator's key for the control API, which the CLI's agent and cycle commands use
+        env["RETRACE_API_ADMIN_KEY"] = make_admin_key(cfg)
     if served is not None:
         env["RETRACE_MODEL_URL"] = f"http://127.0.0.1:{state.services[MODEL]}/v1"
         # one key for the model server this `up` starts and every service that calls it

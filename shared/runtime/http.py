@@ -12,6 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from shared.llm.errors_http import carries_key, openai_error
 from shared.runtime.metrics import ServiceMetrics
 
+ACTING_FOR = "Retrace-Tenant"
+"""The control API's header naming the tenant a request made with the operator's key acts
+for (the CLI's tenant-level commands); beside a tenant's own key it means nothing."""
 MAX_BODY_BYTES = 1 << 20
 """Largest request body a service's HTTP port reads by default (aiohttp's own default)."""
 

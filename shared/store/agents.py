@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.cycle import ACTIVE
 from shared.errors import PermanentError
+from shared.store import quotas
 from shared.store.models import Agent, Capability, Cycle, Tenant, TrainingJob
 from shared.store.scope import TENANT_KEY
 
@@ -53,6 +54,7 @@ async def create_agent(
     await _tenant_exists(session)  # else the insert fails on its foreign key, SQL and all
     if await session.scalar(select(Agent.id).where(Agent.name == name)) is not None:
         raise AgentExistsError(f"agent {name!r} already exists")
+    await quotas.check_agent(session, session.info[TENANT_KEY])
     agent = Agent(
         name=name,
         model=model,

@@ -91,6 +91,10 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(63), primary_key=True)
     name: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
+    quotas: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, default=dict, server_default=text("'{}'::jsonb")
+    )
+    """Its limits (shared/store/quotas.py); `{}`: none."""
 
     # Lets tenant scoping treat the root table like every other one.
     tenant_id: Mapped[str] = synonym("id")

@@ -84,9 +84,7 @@ async def live_key(session: AsyncSession, key: str) -> ApiKey | None:
 
 async def tenant_for_key(session: AsyncSession, key: str) -> str | None:
     """The tenant a presented key belongs to, or None (needs a cross-tenant session)."""
-    row = await session.scalar(
-        select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
-    )
+    row = await live_key(session, key) if key else None
     return row.tenant_id if row else None
 
 

@@ -39,7 +39,9 @@ def test_a_running_cycle_shows_its_progress_and_is_cancelled(env: dict[str, str]
     # end between them, and the human view showed the cycle's next job)
     with serve_in_thread(OracleLLM(toolbox, delay=3.0).app()) as model_url:
         env = {**env, "RETRACE_MODEL_URL": model_url}
-        with running_up(env, "rollout", "contrast", "synthesize", "evaluator", first_port=26000):
+        with running_up(
+            env, "rollout", "contrast", "synthesize", "evaluator", "api", first_port=26000
+        ):
             made = cli(env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox")
             assert made.returncode == 0, made.stderr
             # followed for 3 s only: the cycle goes on without its follower

@@ -33,7 +33,7 @@ def test_diagnose_then_capabilities(env: dict[str, str], tmp_path: Path) -> None
             "RETRACE_SYNTHESIZE_CALIBRATION_SAMPLES": "2",
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
-        with running_up(env, "rollout", "contrast", "synthesize", first_port=24000):
+        with running_up(env, "rollout", "contrast", "synthesize", "api", first_port=24000):
             assert (
                 cli(
                     env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox"
@@ -136,7 +136,7 @@ def _improved(
             "RETRACE_SYNTHESIZE_MAX_REGENERATIONS": "0",
         }
         with running_up(
-            env, "rollout", "contrast", "synthesize", "evaluator", first_port=first_port
+            env, "rollout", "contrast", "synthesize", "evaluator", "api", first_port=first_port
         ):
             made = cli(env, "agent", "create", agent, "--model", "oracle", "--env", environment)
             assert made.returncode == 0, made.stderr

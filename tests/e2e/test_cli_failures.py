@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from shared.embedded import postgres_running
 from shared.store.engine import async_url
-from tests.e2e.test_cli_up import cli, env  # noqa: F401  (fixture)
+from tests.e2e.test_cli_up import cli, env, running_up  # noqa: F401  (fixture)
 from tests.support import infra
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -40,6 +40,14 @@ def servers(env: dict[str, str]) -> Iterator[dict[str, str]]:  # noqa: F811
     asyncio.run(_drop(schema))
 
 
+@pytest.fixture
+def api(servers: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`servers` with the control API running (`retrace up --only api`), which the CLI's
+    agent and cycle commands go through."""
+    with running_up(servers, "api", first_port=28000):
+        yield servers
+
+
 async def _drop(schema: str) -> None:
     engine = create_async_engine(async_url(infra.database_url()))
     async with engine.begin() as conn:
@@ -56,9 +64,9 @@ def _one_line(result: object) -> str:
     return lines[0]
 
 
-def test_an_agent_for_a_tenant_that_does_not_exist(servers: dict[str, str]) -> None:
+def test_an_agent_for_a_tenant_that_does_not_exist(api: dict[str, str]) -> None:
     made = cli(
-        servers, "agent", "create", "x", "--tenant", "nobody", "--model", "m", "--env", "toolbox"
+        api, "agent", "create", "x", "--tenant", "nobody", "--model", "m", "--env", "toolbox"
     )
     line = _one_line(made)
     assert "no tenant 'nobody'" in line and "retrace tenant create nobody" in line
@@ -101,9 +109,44 @@ def test_a_fresh_data_directory_works_and_is_left_as_found(env: dict[str, str]) 
     assert not postgres_running(data)
 
 
-def test_deleting_an_agent_and_a_tenant(servers: dict[str, str]) -> None:
+def test_agent_commands_without_the_control_api_say_how_to_start_it(
+    servers: dict[str, str],
+) -> None:
+    """The agent and cycle commands go through the control API: with none running, one line
+    saying so (nothing started, nothing hanging)."""
+    for args in (("agent", "list"), ("improve", "bot", "--wait", "5"), ("report", "bot")):
+        line = _one_line(cli(servers, *args))
+        assert "the control API is not running" in line and "retrace up" in line, (args, line)
+    nowhere = {**servers, "RETRACE_API_URL": "http://127.0.0.1:1", "RETRACE_API_KEY": "rt_x"}
+    line = _one_line(cli(nowhere, "agent", "list"))
+    assert "cannot reach the control API at http://127.0.0.1:1" in line, line
+    keyless = {k: v for k, v in nowhere.items() if k != "RETRACE_API_KEY"}
+    line = _one_line(cli(keyless, "agent", "list"))
+    assert "no key for the control API" in line and "RETRACE_API_KEY" in line, line
+
+
+def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None:
+    """`tenant quota`: set, shown with usage, enforced on the next agent (one line naming the
+    quota), cleared with `none`; a quota that is not a number is a usage error."""
+    assert cli(api, "tenant", "create", "acme").returncode == 0
+    capped = cli(api, "tenant", "quota", "acme", "--max-agents", "1")
+    assert capped.returncode == 0 and "max_agents" in capped.stdout, capped.stderr
+    agent = ("agent", "create", "--tenant", "acme", "--model", "m", "--env", "toolbox")
+    assert cli(api, *agent[:2], "bot", *agent[2:]).returncode == 0
+    line = _one_line(cli(api, *agent[:2], "bot2", *agent[2:]))
+    assert "quota" in line and "max_agents" in line, line
+    listed = cli(api, "tenant", "list")
+    assert "agents=1" in listed.stdout, listed.stdout
+    bad = cli(api, "tenant", "quota", "acme", "--max-agents", "-3")
+    assert bad.returncode == 2 and "not a whole number or 'none'" in bad.stderr, bad.stderr
+    assert cli(api, "tenant", "quota", "acme", "--max-agents", "none").returncode == 0
+    assert cli(api, *agent[:2], "bot2", *agent[2:]).returncode == 0
+
+
+def test_deleting_an_agent_and_a_tenant(api: dict[str, str]) -> None:
     """`agent delete` and `tenant delete`: what does not exist is one line; without `--yes`
     nothing is deleted unless confirmed; with it, the agent and then the tenant go."""
+    servers = api
     assert cli(servers, "tenant", "create", "acme").returncode == 0
     made = cli(
         servers, "agent", "create", "bot", "--tenant", "acme", "--model", "m", "--env", "toolbox"

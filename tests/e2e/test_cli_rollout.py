@@ -19,7 +19,7 @@ def test_rollout_command_runs_episodes_and_summarises(env: dict[str, str], tmp_p
     toolbox = get_environment("toolbox")
     with serve_in_thread(OracleLLM(toolbox).app()) as model_url:
         env = {**env, "RETRACE_MODEL_URL": model_url}
-        with running_up(env, "rollout", first_port=23000):
+        with running_up(env, "rollout", "api", first_port=23000):
             made = cli(env, "agent", "create", "bot", "--model", "oracle", "--env", "toolbox")
             assert made.returncode == 0, made.stderr
             result = cli(
@@ -59,7 +59,7 @@ def test_a_plugin_environment_is_listed_and_rolled_out(
     assert "retrace-hotel-desk" in row and "48" in row and "ok" in row, listed.stdout
     with serve_in_thread(OracleLLM(desk).app()) as model_url:
         env = {**env, "RETRACE_MODEL_URL": model_url}
-        with running_up(env, "rollout", first_port=23100):
+        with running_up(env, "rollout", "api", first_port=23100):
             made = cli(env, "agent", "create", "desk", "--model", "oracle", "--env", "hotel-desk")
             assert made.returncode == 0, made.stderr
             result = cli(

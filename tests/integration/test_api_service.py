@@ -21,7 +21,9 @@ from services.api.openapi import ROUTES
 from services.api.service import build
 from shared.bus.streams import stream_for
 from shared.config import ServiceConfig
+from shared.errors import RetryableError
 from shared.messages import CycleRequested
+from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent, get_agent
 from shared.store.models import Adapter, Capability, Cycle, Trajectory
@@ -33,10 +35,13 @@ ADMIN = "operator-secret-key"
 
 
 class Api:
-    def __init__(self, url: str, http: aiohttp.ClientSession, keys: dict[str, str]) -> None:
+    def __init__(
+        self, url: str, http: aiohttp.ClientSession, keys: dict[str, str], service: Service
+    ) -> None:
         self.url = url
         self.http = http
         self.keys = keys
+        self.service = service
 
     async def call(
         self, method: str, path: str, tenant: str | None = "acme", body: Any = None, **kw: Any
@@ -68,7 +73,7 @@ async def api(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Api]:
     run = asyncio.create_task(service.run())
     await eventually(lambda: healthy(service))
     async with aiohttp.ClientSession() as http:
-        yield Api(f"http://127.0.0.1:{service.bound_port}", http, keys)
+        yield Api(f"http://127.0.0.1:{service.bound_port}", http, keys, service)
     service.stop()
     await run
 
@@ -169,6 +174,81 @@ async def test_operator_routes_need_the_admin_key(api: Api) -> None:
     assert (await api.call("POST", "/v1/admin/tenants/nobody/keys", tenant="admin"))[0] == 404
 
 
+async def test_the_admin_key_acts_for_the_tenant_it_names_and_a_tenant_key_never_does(
+    api: Api,
+) -> None:
+    """The CLI's path: the operator's key with `Retrace-Tenant` acts for that tenant; the
+    header means nothing beside a tenant's own key (it cannot reach another tenant)."""
+    agent = {"name": "bot", "model": "m", "environment": "toolbox"}
+    acting = {"headers": {"Retrace-Tenant": "globex"}}
+    status, made = await api.call("POST", "/v1/agents", "admin", body=agent, **acting)
+    assert status == 201
+    status, listed = await api.call("GET", "/v1/agents", "globex")
+    assert [a["id"] for a in listed["data"]] == [made["id"]]
+    status, out = await api.call("GET", "/v1/agents", "admin")
+    assert status == 401 and "Retrace-Tenant" in out["error"]["message"]
+    nobody = {"headers": {"Retrace-Tenant": "nobody"}}
+    status, out = await api.call("GET", "/v1/agents", "admin", **nobody)
+    assert status == 404 and "no tenant 'nobody'" in out["error"]["message"]
+    # acme's key naming globex still sees acme's (empty) list, and creates in acme
+    assert (await api.call("GET", "/v1/agents", "acme", **acting))[1]["data"] == []
+    assert (await api.call("GET", "/v1/agents/bot", "acme", **acting))[0] == 404
+
+
+async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
+    api: Api, store: Store
+) -> None:
+    """The operator caps acme at one agent, one cycle at once and two a day: the second
+    agent and a cycle beyond either limit get a 429 naming the quota (with Retry-After where
+    waiting helps); globex is not limited; a cycle that slips past the API's check (two
+    requests at once) is refused by the evaluator's."""
+    limits = {"max_agents": 1, "max_active_cycles": 1, "max_cycles_per_day": 2}
+    status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "acme", body=limits)
+    assert status == 401  # a tenant cannot raise its own
+    bad = {"max_agents": -1}
+    status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=bad)
+    assert status == 400 and "max_agents" in out["error"]["message"]
+    status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=limits)
+    assert status == 200 and out["quotas"] == limits
+    assert (await api.call("PUT", "/v1/admin/tenants/nobody/quotas", "admin", body={}))[0] == 404
+    agent = {"name": "bot", "model": "m", "environment": "toolbox"}
+    assert (await api.call("POST", "/v1/agents", body=agent))[0] == 201
+    status, out = await api.call("POST", "/v1/agents", body={**agent, "name": "bot2"})
+    assert status == 429 and out["error"]["type"] == "quota_exceeded"
+    assert "max_agents" in out["error"]["message"]
+    assert (await api.call("POST", "/v1/agents", "globex", body={**agent, "name": "bot2"}))[
+        0
+    ] == 201
+    status, mine = await api.call("GET", "/v1/quotas")
+    assert status == 200 and mine["quotas"] == limits
+    assert mine["usage"] == {"agents": 1, "active_cycles": 0, "cycles_last_day": 0}
+    # one cycle under way (the evaluator's row, played here): a second is over quota
+    async with store.tenant("acme") as session:
+        bot = await get_agent(session, "bot")
+        session.add(Cycle(agent_id=bot.id, state="training"))
+    async with api.http.post(
+        f"{api.url}/v1/agents/bot/cycles", json={},
+        headers={"Authorization": f"Bearer {api.keys['acme']}"},
+    ) as r:  # fmt: skip
+        assert r.status == 409  # this agent's own cycle comes first
+    async with store.tenant("acme") as session:
+        for c in await session.scalars(select(Cycle)):
+            c.state = "completed"
+        session.add(Cycle(agent_id=bot.id, state="completed"))  # two today
+    async with api.http.post(
+        f"{api.url}/v1/agents/bot/cycles", json={},
+        headers={"Authorization": f"Bearer {api.keys['acme']}"},
+    ) as r:  # fmt: skip
+        out = await r.json()
+        assert r.status == 429 and "a day" in out["error"]["message"], out
+        assert 86_000 < int(r.headers["Retry-After"]) <= 86_401
+    status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body={})
+    assert status == 200 and out["quotas"] == {
+        "max_agents": None, "max_active_cycles": None, "max_cycles_per_day": None
+    }  # fmt: skip
+    assert (await api.call("POST", "/v1/agents/bot/cycles", body={}))[0] == 202
+
+
 async def test_a_cycle_is_requested_on_the_bus_followed_live_and_cancelled(
     api: Api, store: Store, service_cfg: ServiceConfig
 ) -> None:
@@ -189,13 +269,16 @@ async def test_a_cycle_is_requested_on_the_bus_followed_live_and_cancelled(
     finally:
         await nc.close()
     assert cycle_id.encode() in (found.data or b"") and b"diagnose_tasks" in (found.data or b"")
-    # the evaluator takes it (played here by the test): the stream shows each stage
-    async with store.tenant("acme") as session:
-        assert await session.scalar(select(Cycle.id)) is None  # nothing but the request
-        bot = await get_agent(session, "bot")
-        session.add(Cycle(id=uuid.UUID(cycle_id), agent_id=bot.id, state="diagnosing"))
+    # recorded as requested before it was published: it can be followed at once
+    status, got = await api.call("GET", f"/v1/cycles/{cycle_id}")
+    assert status == 200 and got["state"] == "requested"
+    assert got["data"]["settings"]["diagnose_tasks"] == 4
     status, again = await api.call("POST", "/v1/agents/bot/cycles", body={})
     assert status == 409 and cycle_id in again["error"]["message"]
+    status, repeat = await api.call(
+        "POST", "/v1/agents/bot/cycles", body={"cycle_id": cycle_id}
+    )  # sent again as first asked
+    assert status == 202 and repeat["data"]["settings"]["diagnose_tasks"] == 4
     events: list[dict[str, Any]] = []
 
     async def follow() -> None:
@@ -210,18 +293,52 @@ async def test_a_cycle_is_requested_on_the_bus_followed_live_and_cancelled(
 
     following = asyncio.create_task(follow())
     await eventually(lambda: _true(bool(events)))
-    async with store.tenant("acme") as session:
-        row = await session.get(Cycle, uuid.UUID(cycle_id))
-        assert row is not None
-        row.state = "synthesizing"
-    await eventually(lambda: _true(events[-1]["state"] == "synthesizing"))
+    # the evaluator takes it (played here by the test): the stream shows each stage
+    for stage in ("diagnosing", "synthesizing"):
+        async with store.tenant("acme") as session:
+            row = await session.get(Cycle, uuid.UUID(cycle_id))
+            assert row is not None
+            row.state = stage
+        await eventually(lambda stage=stage: _true(events[-1]["state"] == stage))
     status, cancelled = await api.call("POST", f"/v1/cycles/{cycle_id}/cancel")
     assert status == 200 and cancelled["state"] == "failed"
     assert "cancelled" in cancelled["reason"]
     await asyncio.wait_for(following, 10)  # the stream ends with the cycle
-    assert [e["state"] for e in events] == ["diagnosing", "synthesizing", "failed"]
+    assert [e["state"] for e in events] == ["requested", "diagnosing", "synthesizing", "failed"]
     status, twice = await api.call("POST", f"/v1/cycles/{cycle_id}/cancel")
     assert status == 409 and "already ended" in twice["error"]["message"]
+
+
+async def test_a_cycle_whose_request_the_bus_refuses_is_not_left_behind(
+    api: Api, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bus refusing the publish (NATS down past the publisher's retries): a 503 with
+    Retry-After, and no requested row left to block the agent; the same request once the
+    bus is back starts the cycle."""
+    await api.call(
+        "POST", "/v1/agents", body={"name": "bot", "model": "m", "environment": "toolbox"}
+    )
+    bus = api.service.bus
+    assert bus is not None
+    real = bus.publish
+
+    async def refused(*_: object, **__: object) -> None:
+        raise RetryableError("publish to retrace.x failed: no servers available")
+
+    monkeypatch.setattr(bus, "publish", refused)
+    start = {"cycle_id": str(uuid.uuid4())}
+    async with api.http.post(
+        f"{api.url}/v1/agents/bot/cycles", json=start,
+        headers={"Authorization": f"Bearer {api.keys['acme']}"},
+    ) as r:  # fmt: skip
+        out = await r.json()
+        assert r.status == 503 and r.headers["Retry-After"], out
+        assert "no cycle was started" in out["error"]["message"]
+    async with store.tenant("acme") as session:
+        assert await session.scalar(select(Cycle.id)) is None
+    monkeypatch.setattr(bus, "publish", real)
+    status, out = await api.call("POST", "/v1/agents/bot/cycles", body=start)
+    assert status == 202 and out["id"] == start["cycle_id"] and out["state"] == "requested"
 
 
 async def _true(value: bool) -> bool:

@@ -41,7 +41,7 @@ from shared.messages import (
 )
 from shared.routing.modes import Candidate, Decision, RoutingMode
 from shared.runtime.service import Service
-from shared.store import Store
+from shared.store import Store, quotas
 from shared.store.agents import create_agent
 from shared.store.models import (
     Adapter,
@@ -882,3 +882,36 @@ async def test_an_adapter_is_played_only_on_the_test_tasks_routed_to_it(
         assert report["configs"]["routed"]["episodes"] == 8
         assert report["configs"]["routed"]["pass_rate"] == routed / 4
         assert report["comparison"]["only_candidate"] == routed * 2
+
+
+async def test_a_cycle_over_the_tenants_quota_is_refused_by_the_evaluator(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Whoever asks (the API checks first, but the failure-rate monitor or two requests at
+    once get past it), the evaluator does not start a cycle beyond the tenant's quota: it
+    records the cycle as failed, saying which quota. A cycle the control API recorded as
+    requested is taken (its row moves on) and does not count against the quota itself."""
+    first_agent, _, _ = await _agent_with_capabilities(store, ("set_alarms",), ready="set_alarms")
+    async with store.cross_tenant() as session:
+        await quotas.set_quotas(session, "acme", quotas.Quotas(max_active_cycles=1))
+    async with store.tenant("acme") as session:
+        other = await create_agent(session, "other", model="smollm2", environment="toolbox")
+        other_id = other.id
+    running, refused = uuid.uuid4(), uuid.uuid4()
+    async with store.tenant("acme") as session:  # as the control API records it
+        session.add(Cycle(id=running, agent_id=first_agent, state="requested"))
+    async with evaluator_running(service_cfg) as (_, send):
+
+        async def state(cycle_id: uuid.UUID) -> str | None:
+            async with store.tenant("acme") as session:
+                row = await session.get(Cycle, cycle_id)
+                return row.state if row else None
+
+        await send(CycleRequested(cycle_id=running, agent_id=first_agent, settings=SETTINGS))
+        await eventually(lambda: _is(lambda: state(running), "diagnosing"), within=30)
+        await send(CycleRequested(cycle_id=refused, agent_id=other_id, settings=SETTINGS))
+        await eventually(lambda: _is(lambda: state(refused), "failed"), within=30)
+    async with store.tenant("acme") as session:
+        row = await session.get(Cycle, refused)
+        assert row is not None and (row.reason or "").startswith("quota:"), row.reason
+        assert "1 cycle at once" in row.reason

@@ -1,6 +1,7 @@
-"""Following a cycle survives a store that fails for a moment: trace_lift's second run died
-70 minutes in when one snapshot query hit Postgres's statement timeout on a loaded machine,
-and took the services (and the cycle's progress) down with it."""
+"""Following a cycle survives an API or store that fails for a moment: trace_lift's second
+run died 70 minutes in when one snapshot query hit Postgres's statement timeout on a loaded
+machine, and took the services (and the cycle's progress) down with it. Through the control
+API, a 503 or a connection refused is retried; any other refusal ends the follower."""
 
 from __future__ import annotations
 
@@ -8,19 +9,12 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
 from shared.cli import improve
-from shared.config import ServiceConfig
+from shared.cli.control import ApiError, ApiUnavailable, ControlApi
 
 
-async def test_a_failed_snapshot_is_retried_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers: list[Any] = [
-        OperationalError("SELECT", {}, Exception("canceling statement due to statement timeout")),
-        {"state": "training"},
-        {"state": "completed", "reason": "rejected"},
-    ]
-
+def _answering(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> None:
     async def snapshot(*_: object) -> dict[str, Any]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
@@ -32,5 +26,24 @@ async def test_a_failed_snapshot_is_retried_not_fatal(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(improve, "_snapshot", snapshot)
     monkeypatch.setattr(improve.asyncio, "sleep", no_wait)
-    ended = await improve.follow_cycle(ServiceConfig(), "default", uuid.uuid4(), wait_s=60)
+
+
+async def test_a_failed_snapshot_is_retried_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[Any] = [
+        ApiUnavailable(503, "the store is unavailable, try again"),
+        ApiUnavailable(0, "cannot reach the control API at http://127.0.0.1:8090"),
+        {"state": "training"},
+        {"state": "completed", "reason": "rejected"},
+    ]
+    _answering(monkeypatch, answers)
+    api = ControlApi("http://127.0.0.1:1", {})
+    ended = await improve.follow_cycle(api, uuid.uuid4(), wait_s=60)
     assert ended["state"] == "completed" and answers == []
+
+
+async def test_a_refusal_ends_the_follower_with_the_api_s_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _answering(monkeypatch, [ApiError(404, "no cycle 1234")])
+    with pytest.raises(ApiError, match="no cycle 1234"):
+        await improve.follow_cycle(ControlApi("http://127.0.0.1:1", {}), uuid.uuid4(), wait_s=60)

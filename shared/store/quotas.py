@@ -1,0 +1,161 @@
+"""A tenant's quotas: how many agents it may have, cycles it may run at once and start in a
+day. Set by the operator (`retrace tenant quota`, `PUT /v1/admin/tenants/{id}/quotas`);
+unset means unlimited. They are checked where the thing is made, whichever path asked for
+it: an agent in `create_agent`, a cycle when the evaluator takes its request (the API also
+checks before publishing, to answer at once). Each check locks the tenant's row (FOR NO KEY
+UPDATE: rows referencing the tenant are still inserted meanwhile), so two requests racing
+for the last unit are served one at a time."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import msgspec
+from sqlalchemy import ColumnElement, func, select, true
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from shared.cycle import ENDED
+from shared.errors import PermanentError
+from shared.store.models import Agent, Cycle, Tenant
+
+DAY = timedelta(days=1)
+Limit = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None
+
+
+class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """A tenant's limits; None: no limit."""
+
+    max_agents: Limit = None
+    max_active_cycles: Limit = None
+    """Cycles under way at once, over all the tenant's agents."""
+    max_cycles_per_day: Limit = None
+    """Cycles started in any 24 hours (those refused for quota not counted)."""
+
+
+class Usage(msgspec.Struct, kw_only=True, frozen=True):
+    """What counts against the quotas now."""
+
+    agents: int
+    active_cycles: int
+    cycles_last_day: int
+
+
+class QuotaExceededError(PermanentError):
+    """The tenant is at one of its quotas; `retry_after_s` when waiting frees one."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def parse(raw: object) -> Quotas:
+    """The stored JSON as Quotas (a row written by hand with a bad value reads as a clear
+    error, not a silently ignored limit)."""
+    try:
+        return msgspec.convert(raw or {}, Quotas)
+    except msgspec.ValidationError as exc:
+        raise PermanentError(f"the tenant's stored quotas are invalid: {exc}") from None
+
+
+async def _locked_quotas(session: AsyncSession, tenant_id: str) -> Quotas:
+    tenant = await session.scalar(
+        select(Tenant)
+        .where(Tenant.id == tenant_id)
+        .with_for_update(key_share=True)  # FOR NO KEY UPDATE
+    )
+    if tenant is None:
+        raise PermanentError(f"no tenant {tenant_id!r}")
+    return parse(tenant.quotas)
+
+
+async def usage(session: AsyncSession, now: datetime | None = None) -> Usage:
+    """The session tenant's usage (the session is scoped to one tenant)."""
+    since = (now or datetime.now(UTC)) - DAY
+    return Usage(
+        agents=await session.scalar(select(func.count()).select_from(Agent)) or 0,
+        active_cycles=await session.scalar(
+            select(func.count()).select_from(Cycle).where(Cycle.state.not_in(ENDED))
+        )
+        or 0,
+        cycles_last_day=await _started_since(session, since),
+    )
+
+
+async def _started_since(
+    session: AsyncSession, since: datetime, *where: ColumnElement[bool]
+) -> int:
+    return (
+        await session.scalar(
+            select(func.count())
+            .select_from(Cycle)
+            .where(Cycle.created_at > since, Cycle.reason.not_like("quota:%"), *where)
+        )
+        or 0
+    )
+
+
+async def check_agent(session: AsyncSession, tenant_id: str) -> None:
+    """Raise QuotaExceededError when the tenant may not have one more agent."""
+    limit = (await _locked_quotas(session, tenant_id)).max_agents
+    if limit is None:
+        return
+    have = await session.scalar(select(func.count()).select_from(Agent)) or 0
+    if have >= limit:
+        raise QuotaExceededError(
+            f"quota: tenant {tenant_id!r} may have {limit} agent{'s' * (limit != 1)} and has "
+            f"{have} (delete one, or ask the operator to raise `max_agents`)"
+        )
+
+
+async def check_cycle(
+    session: AsyncSession,
+    tenant_id: str,
+    now: datetime | None = None,
+    besides: uuid.UUID | None = None,
+) -> None:
+    """Raise QuotaExceededError when the tenant may not start one more cycle now (`besides`:
+    the cycle asking, already recorded as requested, which is not counted)."""
+    quotas = await _locked_quotas(session, tenant_id)
+    now = now or datetime.now(UTC)
+    others = Cycle.id != besides if besides is not None else true()
+    if quotas.max_active_cycles is not None:
+        active = (
+            await session.scalar(
+                select(func.count()).select_from(Cycle).where(Cycle.state.not_in(ENDED), others)
+            )
+            or 0
+        )
+        if active >= quotas.max_active_cycles:
+            raise QuotaExceededError(
+                f"quota: tenant {tenant_id!r} may run {quotas.max_active_cycles} cycle"
+                f"{'s' * (quotas.max_active_cycles != 1)} at once and runs {active} (wait for "
+                "one to end, or cancel one)",
+                retry_after_s=60,
+            )
+    if quotas.max_cycles_per_day is not None:
+        started = await _started_since(session, now - DAY, others)
+        if started >= quotas.max_cycles_per_day:
+            oldest = await session.scalar(
+                select(func.min(Cycle.created_at)).where(
+                    Cycle.created_at > now - DAY, Cycle.reason.not_like("quota:%"), others
+                )
+            )
+            wait = (oldest + DAY - now).total_seconds() if oldest is not None else 60
+            raise QuotaExceededError(
+                f"quota: tenant {tenant_id!r} may start {quotas.max_cycles_per_day} cycle"
+                f"{'s' * (quotas.max_cycles_per_day != 1)} a day and started {started} in the "
+                "last 24 hours",
+                retry_after_s=max(1, int(wait) + 1),
+            )
+
+
+async def set_quotas(session: AsyncSession, tenant_id: str, quotas: Quotas) -> Tenant:
+    """Replace a tenant's quotas (a cross-tenant session)."""
+    tenant = await session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise PermanentError(f"no tenant {tenant_id!r}")
+    tenant.quotas = msgspec.to_builtins(quotas, order="deterministic")
+    await session.flush()
+    return tenant
