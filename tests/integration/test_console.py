@@ -9,10 +9,7 @@ cycle that moves on."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -33,9 +30,9 @@ from shared.store.models import (
 )
 from shared.store.tenants import create_tenant, issue_api_key
 from tests.integration.test_delivery import eventually, healthy
+from tests.support.browser import chromium, screenshots
 
 pytestmark = pytest.mark.timeout(180)
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 
 REPORT = {
     "configs": {
@@ -201,25 +198,9 @@ async def test_pages_show_the_store_to_the_signed_in_tenant_only(
             assert r.status == 303
 
 
-def _chromium() -> Any:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    if shutil.which("chromium") is None or shutil.which("chromedriver") is None:
-        pytest.skip("headless Chromium is not installed (apt install chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"):
-        options.add_argument(flag)
-    options.binary_location = shutil.which("chromium")
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    return webdriver.Chrome(options=options, service=service)
-
-
 async def test_the_console_in_a_real_browser(console: dict[str, Any], store: Store) -> None:
-    browser = _chromium()
-    shots = (
-        Path(os.environ["RETRACE_CONSOLE_SCREENSHOTS"])
-        if os.environ.get("RETRACE_CONSOLE_SCREENSHOTS")
-        else None
-    )
+    browser = chromium()
+    shots = screenshots()
     from selenium.webdriver.common.by import By
 
     def run(*steps: Any) -> Any:
