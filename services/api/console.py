@@ -31,6 +31,7 @@ from shared.store.models import (
     Cycle,
     Environment,
     Evaluation,
+    Task,
     Trajectory,
 )
 from shared.store.tenants import tenant_for_key
@@ -366,6 +367,7 @@ class Console:
                     .order_by(Environment.created_at)
                 )
             )
+            episodes = {e.id: await _episodes(session, e.id) for e in environments}
             adapters = list(
                 await session.scalars(
                     select(Adapter).where(Adapter.cycle_id == cycle_id).order_by(Adapter.created_at)
@@ -402,7 +404,7 @@ class Console:
             + "<h2>Capabilities</h2>"
             + _capabilities(capabilities)
             + "<h2>Training environments</h2>"
-            + _environments(environments, names)
+            + _environments(environments, names, episodes)
             + "<h2>Training</h2>"
             + _training(adapters)
             + "<h2>Evaluation</h2>"
@@ -522,9 +524,28 @@ def _capabilities(rows: list[Capability]) -> str:
     return out + scatter(points, "coverage (share of failures lacking it)", "delta")
 
 
-def _environments(rows: list[Environment], names: dict[uuid.UUID, str]) -> str:
+async def _episodes(session: Any, environment_id: uuid.UUID) -> list[Trajectory]:
+    """A synthetic environment's example episodes (its calibration's): two that succeeded and
+    two that failed, the first of each."""
+    out: list[Trajectory] = []
+    for success in (True, False):
+        out += await session.scalars(
+            select(Trajectory)
+            .join(Task, Task.id == Trajectory.task_id)
+            .where(Task.environment_id == environment_id, Trajectory.success.is_(success))
+            .order_by(Trajectory.created_at)
+            .limit(2)
+        )
+    return out
+
+
+def _environments(
+    rows: list[Environment],
+    names: dict[uuid.UUID, str],
+    episodes: dict[uuid.UUID, list[Trajectory]],
+) -> str:
     return table(
-        ["environment", "capability", "status", "calibration"],
+        ["environment", "capability", "status", "calibration", "example episodes"],
         [
             [
                 esc(f"{e.name}@{e.version}"),
@@ -535,6 +556,12 @@ def _environments(rows: list[Environment], names: dict[uuid.UUID, str]) -> str:
                     for k, v in (e.calibration or {}).items()
                     if not isinstance(v, dict | list)
                 ),
+                "<br>".join(
+                    f'<a href="/console/trajectories/{t.id}">{str(t.id)[:8]}</a> '
+                    f"{'passed' if t.success else 'failed'} ({num(t.reward)})"
+                    for t in episodes.get(e.id, [])
+                )
+                or '<span class="muted">none stored</span>',
             ]
             for e in rows
         ],
@@ -564,6 +591,7 @@ def _evaluation(report: dict[str, Any]) -> str:
     if not configs:
         return '<p class="muted">not evaluated yet</p>'
     spent = report.get("rollouts_spent") or {}
+    walls = report.get("training_wall_s") or {}
     rows = []
     for name, s in configs.items():
         ks = [k for k in (s.get("pass_hat_k") or {}) if str(k).isdigit()]
@@ -578,6 +606,7 @@ def _evaluation(report: dict[str, Any]) -> str:
                 num(s.get("mean_reward")),
                 f"k={esc(k)}: {pct((s.get('pass_hat_k') or {}).get(k))}" if k != "0" else "-",
                 esc(spent.get(name, 0)),
+                _duration(walls.get(name)),
             ]
         )
     c = report.get("comparison") or {}
@@ -612,13 +641,25 @@ def _evaluation(report: dict[str, Any]) -> str:
                 "mean reward",
                 "pass^k",
                 "training rollouts",
+                "training wall time",
             ],
             rows,
-            {1, 2, 4, 6},
+            {1, 2, 4, 6, 7},
         )
         + tests
         + decided
     )
+
+
+def _duration(seconds: object) -> str:
+    """Seconds as "1h02m", "3m05s" or "12.5s" ("-" when not recorded)."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    if seconds >= 60:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{seconds:.1f}s"
 
 
 def _routing(report: dict[str, Any], results: dict[str, dict[str, float]]) -> str:

@@ -43,6 +43,8 @@ from services.api.schema import (
     Deleted,
     EnvironmentList,
     EnvironmentOut,
+    EvaluationList,
+    EvaluationOut,
     KeyCreated,
     KeyList,
     KeyOut,
@@ -79,6 +81,7 @@ from shared.store.models import (
     Capability,
     Cycle,
     Environment,
+    Evaluation,
     Tenant,
     Trajectory,
     Work,
@@ -197,6 +200,7 @@ class ApiApp:
         r.add_post("/v1/cycles/{id}/cancel", self.cancel_cycle)
         r.add_get("/v1/cycles/{id}/events", self.cycle_events)
         r.add_get("/v1/capabilities", self.list_capabilities)
+        r.add_get("/v1/evaluations", self.list_evaluations)
         r.add_get("/v1/adapters", self.list_adapters)
         r.add_post("/v1/adapters/{id}/promote", self.promote)
         r.add_post("/v1/adapters/{id}/demote", self.demote)
@@ -533,6 +537,12 @@ class ApiApp:
         where = [Capability.cycle_id == cycle_id] if cycle_id is not None else []
         rows, cursor = await self._page(request, Capability, *where)
         return ok(CapabilityList(data=[CapabilityOut.of(c) for c in rows], next_cursor=cursor))
+
+    async def list_evaluations(self, request: web.Request) -> web.Response:
+        cycle_id = query_uuid(request, "cycle")
+        where = [Evaluation.cycle_id == cycle_id] if cycle_id is not None else []
+        rows, cursor = await self._page(request, Evaluation, *where)
+        return ok(EvaluationList(data=[EvaluationOut.of(e) for e in rows], next_cursor=cursor))
 
     async def list_adapters(self, request: web.Request) -> web.Response:
         cycle_id = query_uuid(request, "cycle")

@@ -18,6 +18,7 @@ from services.api.schema import (
     CycleStart,
     Deleted,
     EnvironmentList,
+    EvaluationList,
     KeyCreated,
     KeyList,
     KeyOut,
@@ -57,6 +58,9 @@ ROUTES = (
           "the cycle each time it changes, until it ends", media="text/event-stream"),
     Route("get", "/v1/capabilities", "Capabilities found, with statistics and evidence "
           "(`agent`, `cycle` filter)." + PAGED, response=CapabilityList),
+    Route("get", "/v1/evaluations", "Each configuration's evaluation on a cycle's test split: "
+          "summary (pass rate, 95% CI, pass^k) and per-task results (`agent`, `cycle` filter)."
+          + PAGED, response=EvaluationList),
     Route("get", "/v1/adapters", "Adapters with training curves, held-out results and whether "
           "they serve (`agent`, `cycle` filter)." + PAGED, response=AdapterList),
     Route("post", "/v1/adapters/{id}/promote", "Serve a ready adapter (by hand)",

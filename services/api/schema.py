@@ -19,6 +19,7 @@ from shared.store.models import (
     Capability,
     Cycle,
     Environment,
+    Evaluation,
     Tenant,
     Trajectory,
 )
@@ -202,6 +203,38 @@ class CapabilityOut(msgspec.Struct, kw_only=True, frozen=True):
 
 class CapabilityList(msgspec.Struct, kw_only=True, frozen=True):
     data: list[CapabilityOut]
+    next_cursor: str | None = None
+
+
+class EvaluationOut(msgspec.Struct, kw_only=True, frozen=True):
+    """One configuration's evaluation on a cycle's test split."""
+
+    id: uuid.UUID
+    agent_id: uuid.UUID
+    cycle_id: uuid.UUID | None
+    configuration: str
+    """`base`, `adapter:<name>`, `routed` or `baseline:<name>`."""
+    summary: dict[str, Any]
+    """Pass rate with its 95% interval, pass^k, mean reward, episodes."""
+    results: list[Any]
+    """Per task: its id, trials, successes and mean reward."""
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: Evaluation) -> EvaluationOut:
+        return cls(
+            id=row.id,
+            agent_id=row.agent_id,
+            cycle_id=row.cycle_id,
+            configuration=row.configuration,
+            summary=row.summary or {},
+            results=row.results or [],
+            created_at=row.created_at,
+        )
+
+
+class EvaluationList(msgspec.Struct, kw_only=True, frozen=True):
+    data: list[EvaluationOut]
     next_cursor: str | None = None
 
 

@@ -109,8 +109,10 @@ async def decide(
                 summary=msgspec.to_builtins(s),
             )
         )
+    rollouts, wall_s = await _spent(ctx, cycle, data, list(stats))
     report = {
-        "rollouts_spent": await _spent(ctx, cycle, data, list(stats)),
+        "rollouts_spent": rollouts,
+        "training_wall_s": wall_s,
         "configs": {k: msgspec.to_builtins(v) for k, v in stats.items()},
         "comparison": msgspec.to_builtins(comparison),
         "oracle": ceiling,
@@ -194,17 +196,20 @@ def _check_played(evaluation: Evaluation, decisions: dict[str, str]) -> None:
 
 async def _spent(
     ctx: HandlerContext, cycle: Cycle, data: CycleData, names: list[str]
-) -> dict[str, int]:
-    """Training rollouts behind each configuration (base 0; the routed set: all its
-    adapters'; a baseline: its own, the same budget by construction)."""
+) -> tuple[dict[str, int], dict[str, float]]:
+    """Training rollouts and training wall seconds behind each configuration (base 0; the
+    routed set: all its adapters'; a baseline: its own, the same budget by construction)."""
     outcomes = data.training.jobs if data.training else {}
     per_config: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     for job in await ctx.session.scalars(
         select(TrainingJob).where(TrainingJob.cycle_id == cycle.id)
     ):
         rollouts = int((job.config.get("progress") or {}).get("rollouts", 0))
+        wall = float(job.config.get("wall_s") or 0.0)
         if job.config.get("kind") == "gepa":
             per_config[baseline_config("gepa")] = rollouts
+            seconds[baseline_config("gepa")] = wall
             continue
         produced = outcomes.get(str(job.id)) or job.adapter_id
         if produced in (None, JOB_FAILED, PROMPT):
@@ -214,17 +219,22 @@ async def _spent(
             continue
         curve = adapter.training_curve or []
         used = int(curve[-1]["rollouts"]) if curve else rollouts
-        if job.capability_id is None:
-            per_config[baseline_config("grpo_target")] = used
-        else:
-            per_config[adapter_config(adapter.name)] = used
-    spent = {}
+        name = (
+            baseline_config("grpo_target")
+            if job.capability_id is None
+            else adapter_config(adapter.name)
+        )
+        per_config[name] = used
+        seconds[name] = wall
+    spent, wall_s = {}, {}
     for name in names:
         if name == ROUTED:
             spent[name] = sum(v for k, v in per_config.items() if k.startswith("adapter:"))
+            wall_s[name] = round(sum(v for k, v in seconds.items() if k.startswith("adapter:")), 3)
         else:
             spent[name] = per_config.get(name, 0)
-    return spent
+            wall_s[name] = round(seconds.get(name, 0.0), 3)
+    return spent, wall_s
 
 
 async def _outcomes(

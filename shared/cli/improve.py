@@ -193,15 +193,17 @@ def write_report(
         lines += ["## Adapters on held-out synthetic tasks\n", *(f"- {h}" for h in held), ""]
     if report:
         lines.append(
-            "| configuration | episodes | pass rate | 95% CI | mean reward | training rollouts |"
+            "| configuration | episodes | pass rate | 95% CI | mean reward | training rollouts "
+            "| training wall time |"
         )
-        lines.append("|---|---:|---:|---|---:|---:|")
+        lines.append("|---|---:|---:|---|---:|---:|---:|")
         rollouts = report.get("rollouts_spent") or {}
+        walls = report.get("training_wall_s") or {}
         for name, s in report["configs"].items():
             lines.append(
                 f"| {config_label(report, name)} | {s['episodes']} | {s['pass_rate']:.1%} | "
                 f"[{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}] | {s['mean_reward']:.3f} | "
-                f"{rollouts.get(name, 0)} |"
+                f"{rollouts.get(name, 0)} | {_seconds(walls.get(name))} |"
             )
         c = report["comparison"]
         if report.get("untrained"):
@@ -260,6 +262,10 @@ def write_report(
     md.write_text("\n".join(lines))
     written.insert(0, md)
     return written
+
+
+def _seconds(value: object) -> str:
+    return f"{value:.0f} s" if isinstance(value, int | float) else "-"
 
 
 def _error_bar(stats: dict[str, Any]) -> tuple[float, float]:

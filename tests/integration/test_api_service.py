@@ -26,7 +26,7 @@ from shared.messages import CycleRequested
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent, get_agent
-from shared.store.models import Adapter, Capability, Cycle, Trajectory
+from shared.store.models import Adapter, Capability, Cycle, Evaluation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key
 from tests.integration.test_delivery import eventually, healthy
 
@@ -341,6 +341,33 @@ async def test_a_cycle_whose_request_the_bus_refuses_is_not_left_behind(
     assert status == 202 and out["id"] == start["cycle_id"] and out["state"] == "requested"
 
 
+async def test_evaluations_per_configuration_and_per_task(api: Api, store: Store) -> None:
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="m", environment="toolbox")
+        cycle = Cycle(agent_id=agent.id, state="completed")
+        session.add(cycle)
+        await session.flush()
+        for name, successes in (("base", 0), ("routed", 2)):
+            session.add(
+                Evaluation(
+                    agent_id=agent.id, cycle_id=cycle.id, configuration=name,
+                    summary={"pass_rate": successes / 2, "ci95": [0.1, 0.9]},
+                    results=[{"task": "t1", "trials": 2, "successes": successes}],
+                )
+            )  # fmt: skip
+        other = Cycle(agent_id=agent.id, state="completed")
+        session.add(other)
+    status, out = await api.call("GET", f"/v1/evaluations?cycle={cycle.id}")
+    assert status == 200, out
+    got = {e["configuration"]: e for e in out["data"]}
+    assert set(got) == {"base", "routed"} and got["routed"]["summary"]["pass_rate"] == 1.0
+    assert got["base"]["results"] == [{"task": "t1", "trials": 2, "successes": 0}]
+    status, out = await api.call("GET", f"/v1/evaluations?cycle={uuid.uuid4()}")
+    assert status == 200 and out["data"] == []
+    status, out = await api.call("GET", "/v1/evaluations?cycle=nope")
+    assert status == 400 and "cycle" in out["error"]["message"]
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -385,7 +412,11 @@ async def test_no_route_shows_changes_or_reveals_another_tenant_s_objects(
             base_model="m", status="ready",
         )  # fmt: skip
         trajectory = Trajectory(agent_id=agent.id, cycle_id=cycle.id, messages=[])
-        session.add_all([adapter, trajectory])
+        evaluation = Evaluation(
+            agent_id=agent.id, cycle_id=cycle.id, configuration="adapter:secret-bot--x",
+            results=[{"task": "secret-task", "trials": 2}],
+        )  # fmt: skip
+        session.add_all([adapter, trajectory, evaluation])
         await session.flush()
         ids = {
             "name": agent.name,
@@ -394,7 +425,7 @@ async def test_no_route_shows_changes_or_reveals_another_tenant_s_objects(
             "trajectory": str(trajectory.id),
         }
     secrets = [agent.name, str(agent.id), str(cycle.id), str(capability.id), str(adapter.id),
-               str(trajectory.id), "secret_skill"]  # fmt: skip
+               str(trajectory.id), "secret_skill", str(evaluation.id), "secret-task"]  # fmt: skip
     globex_key_prefix = api.keys["globex"][:16]
     answers = []
     for route in ROUTES:

@@ -26,6 +26,7 @@ from shared.store.models import (
     Cycle,
     Environment,
     Evaluation,
+    Task,
     Trajectory,
 )
 from shared.store.tenants import create_tenant, issue_api_key
@@ -47,6 +48,7 @@ REPORT = {
                    "bootstrap_p": 0.0001},
     "incumbent": "base",
     "rollouts_spent": {"adapter:coder--use_tools": 64, "routed": 64},
+    "training_wall_s": {"base": 0.0, "adapter:coder--use_tools": 125.4, "routed": 125.4},
     "routing": {"task-1": "adapter:coder--use_tools", "task-2": "base"},
     "oracle": None,
     "verdict": {"promote": True, "reason": "routed beats base: +0.812, p=0.00024"},
@@ -95,14 +97,22 @@ async def _world(store: Store) -> dict[str, Any]:
         )  # fmt: skip
         session.add_all([capability, rejected])
         await session.flush()
-        session.add(
-            Environment(
-                name="use_tools_when_needed-on-codebook",
-                kind="synthetic",
-                capability_id=capability.id,
-                calibration={"base_mean": 0.31, "accepted": True, "samples": 16},
-            )
+        synthetic = Environment(
+            name="use_tools_when_needed-on-codebook",
+            kind="synthetic",
+            capability_id=capability.id,
+            calibration={"base_mean": 0.31, "accepted": True, "samples": 16},
         )
+        session.add(synthetic)
+        await session.flush()
+        scenario = Task(environment_id=synthetic.id, external_id="s-1", split="train")
+        session.add(scenario)
+        await session.flush()
+        episode = Trajectory(
+            agent_id=agent.id, task_id=scenario.id, model="smollm2", reward=0.75, success=True,
+            messages=[{"role": "user", "content": "What is code Z-9?"}],
+        )  # fmt: skip
+        session.add(episode)
         adapter = Adapter(
             agent_id=agent.id, capability_id=capability.id, cycle_id=cycle.id,
             name="coder--use_tools", base_model="smollm2", status="ready",
@@ -128,7 +138,8 @@ async def _world(store: Store) -> dict[str, Any]:
                     ],
                 )
             )
-        ids = {"cycle": str(cycle.id), "trajectory": str(failed.id), "agent": agent.id}
+        ids = {"cycle": str(cycle.id), "trajectory": str(failed.id), "agent": agent.id,
+               "episode": str(episode.id)}  # fmt: skip
     async with store.tenant("globex") as session:
         other = await create_agent(session, "hidden", model="m", environment="toolbox")
         theirs = Cycle(agent_id=other.id, state="diagnosing")
@@ -178,8 +189,9 @@ async def test_pages_show_the_store_to_the_signed_in_tenant_only(
             "use_tools_when_needed", "0.800", "+0.450", "3/3",  # capability table
             "<svg", "coverage (share of failures lacking it)",  # its plot
             "use_tools_when_needed-on-codebook", "base_mean: 0.310",  # calibration
+            f"{str(console['episode'])[:8]}</a> passed (0.750)",  # an example episode
             "mean reward per step",  # training curves
-            "87.5%", "[64.0%, 96.5%]", "McNemar p=0.00024", "promoted",  # evaluation
+            "87.5%", "[64.0%, 96.5%]", "McNemar p=0.00024", "promoted", "2m05s",  # evaluation
             "routing matched the best played configuration on 2 of 2 tasks",  # vs the oracle
         ):  # fmt: skip
             assert shown in cycle, shown

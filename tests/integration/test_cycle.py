@@ -243,7 +243,12 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
             **row.config,
             "result": {"prompt": "Be polite and use the tools."},
             "progress": {"rollouts": 30},
+            "wall_s": 80.25,
         }
+        for trained, seconds in ((job.id, 120.5), (baseline_job.id, 100.0)):
+            done = await session.get(TrainingJob, trained)
+            assert done is not None
+            done.config = {**done.config, "wall_s": seconds}
     await send(PromptOptimized(job_id=gepa_job.id, cycle_id=cycle_id))
     await reaches(cycle_id, "evaluating")
     requested = [m for m in await emitted(bus, events, RolloutRequested) if m.purpose == "evaluate"]  # type: ignore[attr-defined]
@@ -356,6 +361,13 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
         "baseline:grpo_target": 32,
         "baseline:gepa": 30,
         "routed": 32,
+    }
+    assert report["training_wall_s"] == {
+        "base": 0.0,
+        "adapter:bot--set_alarms--v1": 120.5,
+        "baseline:grpo_target": 100.0,
+        "baseline:gepa": 80.25,
+        "routed": 120.5,
     }
     assert report["configs"]["baseline:grpo_target"]["pass_rate"] == 0.5
     versus = report["baselines"]["baseline:grpo_target"]

@@ -26,6 +26,7 @@ def snap() -> dict[str, object]:
         "verdict": msgspec.to_builtins(verdict(comparison)),
         "incumbent": "base",
         "rollouts_spent": {"base": 0, "routed": 64},
+        "training_wall_s": {"base": 0.0, "routed": 1834.6},
     }
     heldout = {
         "tasks": 6,
@@ -59,6 +60,7 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "| routed | 12 | 100.0% |" in md and "| base | 12 | 0.0% |" in md
     assert md.count("| 64 |") == 1  # the routed set's training rollouts
+    assert "| 1835 s |" in md  # and its training wall time
     assert "McNemar p=" in md and "![pass rate per configuration](pass_rate.png)" in md
     assert "## Adapters on held-out synthetic tasks" in md
     assert "0.250 (base) -> 0.500 (adapter), gain +0.250 [95% CI +0.100, +0.400]" in md
