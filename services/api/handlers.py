@@ -350,20 +350,18 @@ class ApiApp:
     # -- environments -------------------------------------------------------------------------
 
     async def list_environments(self, request: web.Request) -> web.Response:
-        """The environments an agent can name (cached a minute: loading some takes seconds),
-        then the tenant's synthesized ones."""
-        now = time.monotonic()
-        if self._environments is None or now - self._environments[0] > 60:
-            self._environments = (now, await asyncio.to_thread(_registered))
-        async with self._session(request) as session:
-            synthesized = await session.scalars(
-                select(Environment)
-                .where(Environment.kind == "synthetic")
-                .order_by(Environment.created_at.desc())
-                .limit(paging.MAX_LIMIT)
-            )
-            rows = [EnvironmentOut.synthesized(e) for e in synthesized]
-        return ok(EnvironmentList(data=[*self._environments[1], *rows]))
+        """The environments an agent can name (on the first page; cached a minute: loading
+        some takes seconds), then the tenant's synthesized ones, newest first and paged."""
+        cursor = request.query.get("cursor")
+        registered: list[EnvironmentOut] = []
+        if cursor is None:
+            now = time.monotonic()
+            if self._environments is None or now - self._environments[0] > 60:
+                self._environments = (now, await asyncio.to_thread(_registered))
+            registered = self._environments[1]
+        rows, after = await self._page(request, Environment, Environment.kind == "synthetic")
+        data = [*registered, *(EnvironmentOut.synthesized(e) for e in rows)]
+        return ok(EnvironmentList(data=data, next_cursor=after))
 
     # -- cycles -------------------------------------------------------------------------------
 
@@ -451,7 +449,7 @@ class ApiApp:
         """`_page` in a session the caller holds."""
         limit = paging.limit_of(request.query.get("limit"))
         query = select(model).where(*where)
-        if "agent" in request.query:
+        if "agent" in request.query and hasattr(model, "agent_id"):
             agent = await self._agent(session, request.query["agent"])
             query = query.where(model.agent_id == agent.id)
         query = paging.paged(query, model, request.query.get("cursor"), limit)

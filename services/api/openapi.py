@@ -46,8 +46,9 @@ ROUTES = (
           "(409 while it has work in progress)", response=Deleted),
     Route("post", "/v1/agents/{name}/cycles", "Start a TRACE cycle (202; idempotent by "
           "`cycle_id`; 409 while another is under way)", CycleStart, CycleOut),
-    Route("get", "/v1/environments", "Environments an agent can name, with task counts, and "
-          "the tenant's synthesized ones with their calibration", response=EnvironmentList),
+    Route("get", "/v1/environments", "Environments an agent can name, with task counts (on the "
+          "first page), then the tenant's synthesized ones with their calibration." + PAGED,
+          response=EnvironmentList),
     Route("get", "/v1/cycles", "The tenant's cycles, newest first (`agent` filters)." + PAGED,
           response=CycleList),
     Route("get", "/v1/cycles/{id}", "A cycle: its stage, per-stage data and running work",

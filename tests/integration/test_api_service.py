@@ -26,7 +26,14 @@ from shared.messages import CycleRequested
 from shared.runtime.service import Service
 from shared.store import Store
 from shared.store.agents import create_agent, get_agent
-from shared.store.models import Adapter, Capability, Cycle, Evaluation, Trajectory
+from shared.store.models import (
+    Adapter,
+    Capability,
+    Cycle,
+    Environment,
+    Evaluation,
+    Trajectory,
+)
 from shared.store.tenants import create_tenant, issue_api_key
 from tests.integration.test_delivery import eventually, healthy
 
@@ -366,6 +373,25 @@ async def test_evaluations_per_configuration_and_per_task(api: Api, store: Store
     assert status == 200 and out["data"] == []
     status, out = await api.call("GET", "/v1/evaluations?cycle=nope")
     assert status == 400 and "cycle" in out["error"]["message"]
+
+
+async def test_environments_registered_first_then_the_tenant_s_synthesized_in_pages(
+    api: Api, store: Store
+) -> None:
+    for i in range(3):  # one transaction each: three creation times
+        async with store.tenant("acme") as session:
+            session.add(Environment(name=f"synthetic/skill-{i}", kind="synthetic", status="ready"))
+    async with store.tenant("globex") as session:
+        session.add(Environment(name="synthetic/theirs", kind="synthetic", status="ready"))
+    status, first = await api.call("GET", "/v1/environments?limit=2")
+    assert status == 200 and first["next_cursor"], first
+    names = [e["name"] for e in first["data"]]
+    assert "toolbox" in names and names[-2:] == ["synthetic/skill-2@1", "synthetic/skill-1@1"]
+    status, second = await api.call(
+        "GET", f"/v1/environments?limit=2&cursor={first['next_cursor']}"
+    )
+    assert status == 200 and second["next_cursor"] is None
+    assert [e["name"] for e in second["data"]] == ["synthetic/skill-0@1"]  # registered: page 1
 
 
 async def _true(value: bool) -> bool:
