@@ -31,7 +31,6 @@ from shared.store.models import (
     Cycle,
     Environment,
     Evaluation,
-    Task,
     Trajectory,
 )
 from shared.store.tenants import tenant_for_key
@@ -367,7 +366,7 @@ class Console:
                     .order_by(Environment.created_at)
                 )
             )
-            episodes = {e.id: await _episodes(session, e.id) for e in environments}
+            episodes = {e.id: await _episodes(session, cycle_id, e.id) for e in environments}
             adapters = list(
                 await session.scalars(
                     select(Adapter).where(Adapter.cycle_id == cycle_id).order_by(Adapter.created_at)
@@ -524,15 +523,20 @@ def _capabilities(rows: list[Capability]) -> str:
     return out + scatter(points, "coverage (share of failures lacking it)", "delta")
 
 
-async def _episodes(session: Any, environment_id: uuid.UUID) -> list[Trajectory]:
-    """A synthetic environment's example episodes (its calibration's): two that succeeded and
-    two that failed, the first of each."""
+async def _episodes(
+    session: Any, cycle_id: uuid.UUID, environment_id: uuid.UUID
+) -> list[Trajectory]:
+    """A synthetic environment's example episodes in the cycle (its calibration's): two that
+    succeeded and two that failed, the first of each (read by the cycle's index)."""
     out: list[Trajectory] = []
     for success in (True, False):
         out += await session.scalars(
             select(Trajectory)
-            .join(Task, Task.id == Trajectory.task_id)
-            .where(Task.environment_id == environment_id, Trajectory.success.is_(success))
+            .where(
+                Trajectory.cycle_id == cycle_id,
+                Trajectory.environment_id == environment_id,
+                Trajectory.success.is_(success),
+            )
             .order_by(Trajectory.created_at)
             .limit(2)
         )

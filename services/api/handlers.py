@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from services.api import paging
@@ -61,7 +61,7 @@ from shared.envs.registry import available, canonical, get_environment, open_env
 from shared.errors import PermanentError, RetryableError
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.logging import get_logger
-from shared.messages import CycleCompleted, CycleRequested
+from shared.messages import CycleCompleted, CycleRequested, CycleSettings
 from shared.runtime.http import ACTING_FOR
 from shared.runtime.service import Service
 from shared.store import quotas
@@ -101,6 +101,8 @@ log = get_logger(__name__)
 
 T = TypeVar("T")
 TENANT = web.RequestKey("tenant", str)
+OPERATOR = web.RequestKey("operator", bool)
+"""Whether the request came with the admin key (acting for a tenant)."""
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -244,6 +246,7 @@ class ApiApp:
                         return error(
                             401, f"the admin key acts for a tenant: name it in {ACTING_FOR}"
                         )
+                    request[OPERATOR] = True
                     if await session.get(Tenant, tenant) is None:
                         return error(
                             404,
@@ -280,7 +283,7 @@ class ApiApp:
             validate_agent_name(spec.name)
         except PermanentError as exc:
             raise Refused(400, str(exc)) from None
-        environment = await self._known_environment(spec.environment)
+        environment = await self._known_environment(spec.environment, request)
         async with self._session(request) as session:
             try:
                 agent = await create_agent(
@@ -305,7 +308,7 @@ class ApiApp:
         change = await body(request, AgentUpdate)
         if change.environment is not None:
             change = msgspec.structs.replace(
-                change, environment=await self._known_environment(change.environment)
+                change, environment=await self._known_environment(change.environment, request)
             )
         async with self._session(request) as session:
             agent = await self._agent(session, request.match_info["name"])
@@ -335,11 +338,22 @@ class ApiApp:
         except AgentNotFoundError as exc:
             raise Refused(404, str(exc)) from None
 
-    async def _known_environment(self, ref: str) -> str:
-        """The reference as stored, once the environment has opened (built in, installed, an
-        HTTP server that answers, an MCP file that exists): one that cannot run is refused
-        now rather than failing the first cycle."""
-        if not (ref in available() or ref.startswith(("http://", "https://", "mcp:", "tau2:"))):
+    async def _known_environment(self, ref: str, request: web.Request) -> str:
+        """The reference as stored. A registered one (built in, installed) is opened now, so
+        one that cannot run is refused rather than failing the first cycle. An HTTP one is
+        the tenant's own server: stored as given and first reached by the evaluator (this
+        service fetches no URL a tenant names, and shows no answer of one). An `mcp:` file is
+        a path on the server: the operator's to name (the admin key), never a tenant's."""
+        if ref.startswith(("http://", "https://")):
+            return ref
+        if ref.startswith("mcp:"):
+            if not request.get(OPERATOR, False):
+                raise Refused(
+                    403,
+                    "an mcp: environment names a file on the server: only the operator "
+                    "registers one (`retrace agent create` on the server, or the admin key)",
+                )
+        elif ref not in available():
             raise Refused(400, f"unknown environment {ref!r} (GET /v1/environments lists them)")
         try:
             await open_environment(canonical(ref))
@@ -373,17 +387,31 @@ class ApiApp:
         gets a 409, a tenant at its quota a 429."""
         start = await body(request, CycleStart)
         cycle_id = start.cycle_id or uuid.uuid4()
+        try:
+            cycle, asked = await self._recorded(request, cycle_id, start)
+        except (IntegrityError, Refused) as exc:
+            # the same cycle_id sent twice at once (a client retrying): the first made the
+            # row, which the second's insert or quota check then ran into; it is a repeat
+            repeat = await self._repeat(request, cycle_id)
+            if repeat is None:
+                raise exc from None
+            cycle, asked = repeat
+        if cycle.state != State.REQUESTED:
+            return ok(cycle, 202)
+        return await self._publish(request, cycle, asked)
+
+    async def _recorded(
+        self, request: web.Request, cycle_id: uuid.UUID, start: CycleStart
+    ) -> tuple[CycleOut, CycleStart]:
+        """The cycle `cycle_id` of the agent, recorded as requested now unless it exists,
+        with the settings it was first asked with."""
         async with self._session(request) as session:
             agent = await self._agent(session, request.match_info["name"])
             existing = await session.get(Cycle, cycle_id)
             if existing is not None:
                 if existing.agent_id != agent.id:
                     raise Refused(409, f"cycle {cycle_id} is another agent's")
-                if existing.state != State.REQUESTED:
-                    return ok(CycleOut.of(existing), 202)
-                # sent again as first asked (the evaluator has not taken it yet)
-                recorded = msgspec.convert(existing.data, CycleStart)
-                return await self._publish(request, CycleOut.of(existing), recorded, fresh=False)
+                return CycleOut.of(existing), _asked(existing)
             active = await session.scalar(
                 select(Cycle.id).where(Cycle.agent_id == agent.id, Cycle.state.not_in(ENDED))
             )
@@ -406,29 +434,39 @@ class ApiApp:
             session.add(row)
             await session.flush()
             await session.refresh(row)
-            out = CycleOut.of(row)
-        return await self._publish(request, out, start, fresh=True)
+            return CycleOut.of(row), start
+
+    async def _repeat(
+        self, request: web.Request, cycle_id: uuid.UUID
+    ) -> tuple[CycleOut, CycleStart] | None:
+        """The cycle `cycle_id` when it exists for the agent the request names, else None."""
+        async with self._session(request) as session:
+            agent = await self._agent(session, request.match_info["name"])
+            existing = await session.get(Cycle, cycle_id)
+            if existing is None or existing.agent_id != agent.id:
+                return None
+            return CycleOut.of(existing), _asked(existing)
 
     async def _publish(
-        self, request: web.Request, cycle: CycleOut, start: CycleStart, *, fresh: bool
+        self, request: web.Request, cycle: CycleOut, asked: CycleStart
     ) -> web.Response:
-        """Publish a recorded cycle's request (after its transaction committed). When the
-        bus cannot take it, a row this request made is removed again (a retry with the same
-        `cycle_id` starts over) and the answer is a 503."""
+        """Publish a recorded cycle's request (its transaction committed, none open now).
+        When the bus cannot confirm it, the row stays requested (the request may have
+        landed) and the answer is a 503 saying to repeat with the same `cycle_id`; a row never
+        taken is failed by the stall watch within the hour."""
         assert self.service is not None and self.service.bus is not None
         message = CycleRequested(
-            cycle_id=cycle.id, agent_id=cycle.agent_id, settings=start.settings
+            cycle_id=cycle.id, agent_id=cycle.agent_id, settings=asked.settings
         )
         try:
             await self.service.bus.publish(request[TENANT], message, msg_id=f"api-cycle/{cycle.id}")
         except RetryableError as exc:
-            log.warning("cycle request not published", cycle=str(cycle.id), error=str(exc))
-            if fresh:
-                async with self._session(request) as session:
-                    await session.execute(
-                        delete(Cycle).where(Cycle.id == cycle.id, Cycle.state == State.REQUESTED)
-                    )
-            raise Refused(503, "the bus is unavailable: no cycle was started; try again") from None
+            log.warning("cycle request not confirmed", cycle=str(cycle.id), error=str(exc))
+            raise Refused(
+                503,
+                f"cycle {cycle.id} is recorded, but the bus did not confirm its request: "
+                "repeat this request with the same cycle_id",
+            ) from None
         return ok(cycle, 202)
 
     async def list_cycles(self, request: web.Request) -> web.Response:
@@ -678,6 +716,13 @@ class ApiApp:
             if await session.get(Tenant, tenant) is None:
                 raise Refused(404, f"no tenant {tenant!r}")
             return ok(TenantOut.of(await quotas.set_quotas(session, tenant, limits)))
+
+
+def _asked(row: Cycle) -> CycleStart:
+    """The settings a recorded cycle was asked with (its data's, as the API stored them)."""
+    return CycleStart(
+        settings=msgspec.convert((row.data or {}).get("settings") or {}, CycleSettings)
+    )
 
 
 def _registered() -> list[EnvironmentOut]:

@@ -35,10 +35,14 @@ class EvaluatorConfig(ServiceConfig, kw_only=True, frozen=True):
     """An active cycle that has not changed for this long is failed (the default of every
     stage; `services/evaluator/stall.py`)."""
     stage_stall_s: dict[
-        Literal["diagnosing", "synthesizing", "training", "evaluating"],
+        Literal["requested", "diagnosing", "synthesizing", "training", "evaluating"],
         Annotated[float, msgspec.Meta(ge=60)],
     ] = msgspec.field(default_factory=dict)
     """Per-stage limits over `cycle_stall_s`, e.g.
     `RETRACE_EVALUATOR_STAGE_STALL_S='{"diagnosing": 7200}'`."""
+    requested_stall_s: Annotated[float, msgspec.Meta(ge=60)] = 3600.0
+    """A cycle the control API recorded that the evaluator has not taken (its request
+    dead-lettered, or the evaluator down this long) is failed after this, so it does not hold
+    the agent (and the tenant's quota) for a day; `stage_stall_s["requested"]` overrides it."""
     stall_check_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     """How often the stall watch looks."""

@@ -40,6 +40,7 @@ from shared.bus.delivery import Handler, HandlerContext
 from shared.cycle import State
 from shared.envs.registry import open_environment
 from shared.envs.selection import pick_tasks
+from shared.errors import PermanentError
 from shared.logging import get_logger
 from shared.messages import (
     AdapterTrained,
@@ -88,9 +89,9 @@ class EvaluatorHandlers:
     # -- start -------------------------------------------------------------------------------
 
     async def cycle_requested(self, msg: CycleRequested, ctx: HandlerContext) -> None:
-        # the control API records its cycles as requested before publishing (locked: a
-        # cancel may be on its way); any other state is a repeat
-        row = await ctx.session.get(Cycle, msg.cycle_id, with_for_update=True)
+        # the control API records its cycles as requested before publishing; any other state
+        # is a repeat
+        row = await ctx.session.get(Cycle, msg.cycle_id)
         if row is not None and (row.state != State.REQUESTED or row.agent_id != msg.agent_id):
             return
         agent = await ctx.session.get(Agent, msg.agent_id)
@@ -99,6 +100,27 @@ class EvaluatorHandlers:
             log.warning("cycle requested for an unknown agent", agent=str(msg.agent_id))
             return
         on = type(msg).__name__
+        # the target first, before any lock (an HTTP environment may take a while to answer);
+        # one that cannot be opened at all ends the cycle saying so (one out of reach for now
+        # is retried, then dead-lettered, and the stall watch ends a requested row)
+        try:
+            env = await open_environment(agent.environment)
+            tasks = pick_tasks(
+                [t for t in env.tasks() if t.split == "train"], msg.settings.diagnose_tasks
+            )
+        except PermanentError as exc:
+            refused: str | None = f"the target environment cannot be opened: {exc}"
+        else:
+            refused = None
+        if row is not None:  # locked now, and read again: a cancel may have come meanwhile
+            row = await ctx.session.get(
+                Cycle, msg.cycle_id, with_for_update=True, populate_existing=True
+            )
+            if row is None or row.state != State.REQUESTED:
+                return
+        if refused is not None:
+            _refused(ctx, msg, agent, refused, on, row)
+            return
         active = await ctx.session.scalar(
             select(Cycle).where(
                 Cycle.agent_id == agent.id,
@@ -110,13 +132,9 @@ class EvaluatorHandlers:
             why = f"{agent.name} already has an active cycle ({active.id}, {active.state})"
             _refused(ctx, msg, agent, why, on, row)
             return
-        env = await open_environment(agent.environment)
-        tasks = pick_tasks(
-            [t for t in env.tasks() if t.split == "train"], msg.settings.diagnose_tasks
-        )
         try:  # last before the row: the check locks the tenant's row until this commits
             await quotas.check_cycle(ctx.session, ctx.tenant, besides=msg.cycle_id)
-        except quotas.QuotaExceededError as exc:
+        except PermanentError as exc:  # over a quota (or quotas stored wrong by hand)
             _refused(ctx, msg, agent, str(exc), on, row)
             return
         request_id = uuid.uuid4()

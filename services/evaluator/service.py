@@ -30,7 +30,11 @@ def build(cfg: EvaluatorConfig) -> Service:
         rearm=cfg.monitor_rearm,
         cooldown_s=cfg.monitor_cooldown_s,
     )
-    stall_s = limits(cfg.cycle_stall_s, {str(k): v for k, v in cfg.stage_stall_s.items()})
+    per_stage = {
+        "requested": cfg.requested_stall_s,
+        **{str(k): v for k, v in cfg.stage_stall_s.items()},
+    }
+    stall_s = limits(cfg.cycle_stall_s, per_stage)
     tasks: list[asyncio.Task[None]] = []
 
     def every(

@@ -13,7 +13,7 @@ import msgspec
 from rich.table import Table
 
 from shared.cli.context import load_settings, make_console, open_store, urls
-from shared.cli.control import ControlApi
+from shared.cli.control import ControlApi, given
 from shared.envs.registry import canonical
 from shared.errors import PermanentError
 from shared.store import migrate as migrations
@@ -179,7 +179,7 @@ class _Limit(click.ParamType):
         text = str(value).strip().lower()
         if text == "none":
             return UNLIMITED
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             return int(text)
         self.fail(f"{value!r} is not a whole number or 'none'", param, ctx)
 
@@ -204,10 +204,16 @@ def tenant_quota(tenant_id: str, **given: int | str | None) -> None:
                 tenant = await session.get(Tenant, tenant_id)
                 if tenant is None:
                     raise PermanentError(f"no tenant {tenant_id!r} (`retrace tenant list`)")
-                limits = quotas.parse(tenant.quotas)
-                if changes:
-                    limits = msgspec.structs.replace(limits, **changes)
+                if changes:  # checked whole, stored values included (one set by hand, mended)
+                    try:
+                        limits = msgspec.convert(
+                            {**(tenant.quotas or {}), **changes}, quotas.Quotas
+                        )
+                    except msgspec.ValidationError as exc:
+                        raise PermanentError(f"quotas not set: {exc}") from None
                     await quotas.set_quotas(session, tenant_id, limits)
+                else:
+                    limits = quotas.parse(tenant.quotas)
             async with store.tenant(tenant_id) as session:
                 return limits, await quotas.usage(session)
 
@@ -271,8 +277,9 @@ def agent_create(
         "environment": canonical(environment),  # an mcp: file, absolute from here
         "system_prompt": prompt_file.read_text(encoding="utf-8") if prompt_file else "",
     }
-    made = _api(tenant_id, lambda api: api.call("POST", "/v1/agents", body))
-    console.print(f"agent [bold]{name}[/bold] created for tenant {tenant_id} ({made['id']})")
+    client = _client(tenant_id)
+    made = _api(client, lambda api: api.call("POST", "/v1/agents", body))
+    console.print(f"agent [bold]{name}[/bold] created for tenant {client.tenant} ({made['id']})")
 
 
 @agent.command("update")
@@ -305,8 +312,9 @@ def agent_update(
         change["system_prompt"] = prompt_file.read_text(encoding="utf-8")
     if not change:
         raise click.UsageError("nothing to change: give --model, --env or --prompt")
-    _api(tenant_id, lambda api: api.call("PATCH", f"/v1/agents/{_segment(name)}", change))
-    console.print(f"agent [bold]{name}[/bold] of {tenant_id} updated: {', '.join(change)}")
+    client = _client(tenant_id)
+    _api(client, lambda api: api.call("PATCH", f"/v1/agents/{_segment(name)}", change))
+    console.print(f"agent [bold]{name}[/bold] of {client.tenant} updated: {', '.join(change)}")
 
 
 @agent.command("list")
@@ -315,8 +323,9 @@ def agent_update(
 )
 def agent_list(tenant_id: str) -> None:
     """List a tenant's agents."""
-    agents = _api(tenant_id, lambda api: api.every("/v1/agents"))
-    table = Table(title=f"agents of {tenant_id}")
+    client = _client(tenant_id)
+    agents = _api(client, lambda api: api.every("/v1/agents"))
+    table = Table(title=f"agents of {client.tenant}")
     for col in ("name", "model", "environment", "adapters serving", "created"):
         table.add_column(col)
     for a in sorted(agents, key=lambda a: a["name"]):
@@ -335,15 +344,20 @@ def agent_delete(name: str, tenant_id: str, yes: bool) -> None:
     """Delete an agent with its cycles, trajectories, capabilities and adapters' records
     (refused while it has a cycle or training job in progress). Adapter files stay in the
     artifact store."""
+    client = _client(tenant_id)
     if not yes:
-        click.confirm(f"delete agent {name!r} of {tenant_id} and all it recorded?", abort=True)
-    _api(tenant_id, lambda api: api.call("DELETE", f"/v1/agents/{_segment(name)}"))
-    console.print(f"agent [bold]{name}[/bold] of {tenant_id} deleted")
+        click.confirm(f"delete agent {name!r} of {client.tenant} and all it recorded?", abort=True)
+    _api(client, lambda api: api.call("DELETE", f"/v1/agents/{_segment(name)}"))
+    console.print(f"agent [bold]{name}[/bold] of {client.tenant} deleted")
 
 
-def _api(tenant_id: str, action: Callable[[ControlApi], Awaitable[T]]) -> T:
+def _client(tenant_id: str) -> ControlApi:
+    """The control API, acting for `tenant_id` (or for the tenant whose key is set)."""
+    return ControlApi.connect(load_settings(), tenant_id, explicit=given("tenant_id"))
+
+
+def _api(client: ControlApi, action: Callable[[ControlApi], Awaitable[T]]) -> T:
     """Run one tenant-level action through the control API."""
-    client = ControlApi.connect(load_settings(), tenant_id)
 
     async def run() -> T:
         async with client as api:

@@ -16,11 +16,13 @@ from urllib.parse import quote
 import aiohttp
 import click
 import msgspec
+from click.core import ParameterSource
 
 from shared.cli.context import read_state
 from shared.config import ServiceConfig, load_config
 from shared.errors import ConfigError
 from shared.runtime.http import ACTING_FOR
+from shared.store.tenants import KEY_PREFIX
 
 
 class ClientSettings(msgspec.Struct, kw_only=True, frozen=True):
@@ -53,7 +55,8 @@ def make_admin_key(cfg: ServiceConfig) -> str:
     key = "rt_admin_" + secrets.token_urlsafe(32)
     path = admin_key_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path.unlink(missing_ok=True)  # made afresh: never an old file's mode, nor a link's target
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(key)
     return key
@@ -62,40 +65,54 @@ def make_admin_key(cfg: ServiceConfig) -> str:
 class ControlApi:
     """An HTTP session with the control API, as one tenant (an async context manager)."""
 
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], tenant: str = "", timeout_s: float = 60.0
+    ) -> None:
         self.url = url.rstrip("/")
         self.headers = headers
+        self.tenant = tenant
+        """Whom the requests act for (as far as the key tells)."""
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
     @classmethod
-    def connect(cls, cfg: ServiceConfig, tenant: str) -> ControlApi:
-        """The API this deployment runs, with the credentials the environment gives."""
+    def connect(cls, cfg: ServiceConfig, tenant: str, *, explicit: bool = True) -> ControlApi:
+        """The API this deployment runs, with the credentials the environment gives. With a
+        tenant's key, `tenant` given `explicit`ly (not by default) must be the key's."""
         try:
             settings = load_config(ClientSettings, service="api")
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
         url = settings.url
+        running = False
         if url is None:
             state = read_state(cfg)
             if state is not None and "api" in state.services:
                 url = f"http://{state.host}:{state.services['api']}"
+                running = True
         if url is None:
             raise click.ClickException(
                 "the control API is not running: start retrace with `retrace up` (or set "
                 "RETRACE_API_URL to a running one)"
             )
         if settings.key:
-            return cls(url, {"Authorization": f"Bearer {settings.key}"})
+            owner = key_tenant(settings.key)
+            if explicit and owner is not None and owner != tenant:
+                raise click.ClickException(
+                    f"RETRACE_API_KEY is tenant {owner!r}'s, not {tenant!r}'s: a key acts only "
+                    "for its own tenant (drop --tenant, or use that tenant's key)"
+                )
+            return cls(url, {"Authorization": f"Bearer {settings.key}"}, owner or tenant)
         admin = settings.admin_key
-        if admin is None and admin_key_path(cfg).exists():
+        if admin is None and running and admin_key_path(cfg).exists():
+            # the running `retrace up`'s own key (never a file a stopped one left behind)
             admin = admin_key_path(cfg).read_text().strip()
         if not admin:
             raise click.ClickException(
                 f"no key for the control API at {url}: set RETRACE_API_KEY (a tenant's key) "
                 "or RETRACE_API_ADMIN_KEY (the operator's)"
             )
-        return cls(url, {"Authorization": f"Bearer {admin}", ACTING_FOR: tenant})
+        return cls(url, {"Authorization": f"Bearer {admin}", ACTING_FOR: tenant}, tenant)
 
     async def __aenter__(self) -> ControlApi:
         self._http = aiohttp.ClientSession(timeout=self.timeout, headers=self.headers)
@@ -117,7 +134,13 @@ class ControlApi:
             async with self._http.request(method, self.url + path, json=body) as r:
                 raw = await r.read()
                 status = r.status
-        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            raise ApiUnavailable(
+                0,
+                f"the control API at {self.url} did not answer {method} {path} within "
+                f"{self.timeout.total:.0f} s (it may still have acted: look before repeating)",
+            ) from exc
+        except aiohttp.ClientConnectionError as exc:
             raise ApiUnavailable(
                 0,
                 f"cannot reach the control API at {self.url} ({exc or type(exc).__name__}): is "
@@ -146,6 +169,25 @@ class ControlApi:
             cursor = page.get("next_cursor")
             if not cursor:
                 return items
+
+
+def key_tenant(key: str) -> str | None:
+    """The tenant a key was issued for, from its form `rt_<tenant>_<secret>` (tenant ids
+    hold no underscore); None for a key of another form."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    tenant, sep, _ = key.removeprefix(KEY_PREFIX).partition("_")
+    return tenant if sep and tenant else None
+
+
+def given(param: str) -> bool:
+    """Whether the current command's `param` was given (command line or environment), not
+    left at its default."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    source = ctx.get_parameter_source(param)
+    return source is not None and source != ParameterSource.DEFAULT
 
 
 def _message(answer: Any) -> str | None:

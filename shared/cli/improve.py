@@ -16,11 +16,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from shared.cli.context import load_settings, make_console
-from shared.cli.control import ApiUnavailable, ControlApi
+from shared.cli.control import ApiUnavailable, ControlApi, given
 from shared.messages import CycleSettings
 
 console = make_console()
 ENDED = ("completed", "failed")
+START_RETRY_S = (2.0, 5.0, 15.0)
+"""Waits before a start the control API could not confirm is sent again."""
 
 
 async def _snapshot(api: ControlApi, cycle_id: uuid.UUID) -> dict[str, Any]:
@@ -63,9 +65,19 @@ async def run_improve(
 async def request_cycle(
     api: ControlApi, agent_name: str, settings: CycleSettings, cycle_id: uuid.UUID
 ) -> None:
-    """Start the cycle through the control API (idempotent: the id is the caller's)."""
+    """Start the cycle through the control API (idempotent: the id is the caller's, so a
+    start the API could not confirm is sent again, as it asks, a few times)."""
     body = {"cycle_id": str(cycle_id), "settings": msgspec.to_builtins(settings)}
-    await api.call("POST", f"/v1/agents/{quote(agent_name, safe='')}/cycles", body)
+    path = f"/v1/agents/{quote(agent_name, safe='')}/cycles"
+    for wait in (*START_RETRY_S, None):
+        try:
+            await api.call("POST", path, body)
+            return
+        except ApiUnavailable as exc:
+            if wait is None:
+                raise
+            console.print(f"[yellow]{escape(exc.message)}; asking again in {wait:.0f} s")
+            await asyncio.sleep(wait)
 
 
 async def follow_cycle(api: ControlApi, cycle_id: uuid.UUID, wait_s: float) -> dict[str, Any]:
@@ -366,7 +378,7 @@ def improve(
         settings = msgspec.convert(raw, CycleSettings)
     except msgspec.ValidationError as exc:
         raise click.BadParameter(str(exc)) from exc
-    client = ControlApi.connect(load_settings(), tenant)
+    client = ControlApi.connect(load_settings(), tenant, explicit=given("tenant"))
 
     async def run() -> dict[str, Any]:
         async with client as api:
@@ -389,7 +401,7 @@ def improve(
 )
 def report(agent_name: str, tenant: str, out: Path | None) -> None:
     """The agent's latest cycle: its report, as tables (and Markdown plus plots with --out)."""
-    client = ControlApi.connect(load_settings(), tenant)
+    client = ControlApi.connect(load_settings(), tenant, explicit=given("tenant"))
 
     async def run() -> dict[str, Any]:
         async with client as api:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import msgspec
-from sqlalchemy import ColumnElement, func, select, true
+from sqlalchemy import ColumnElement, Text, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.cycle import ENDED
@@ -31,7 +31,8 @@ class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=Tr
     max_active_cycles: Limit = None
     """Cycles under way at once, over all the tenant's agents."""
     max_cycles_per_day: Limit = None
-    """Cycles started in any 24 hours (those refused for quota not counted)."""
+    """Cycles started in any 24 hours (those refused or cancelled before they started not
+    counted)."""
 
 
 class Usage(msgspec.Struct, kw_only=True, frozen=True):
@@ -90,10 +91,16 @@ async def _started_since(
         await session.scalar(
             select(func.count())
             .select_from(Cycle)
-            .where(Cycle.created_at > since, Cycle.reason.not_like("quota:%"), *where)
+            .where(Cycle.created_at > since, _started(), *where)
         )
         or 0
     )
+
+
+def _started() -> ColumnElement[bool]:
+    """A cycle that ran, or is to run: not one failed before its diagnosis began (refused for
+    a quota or an active cycle, cancelled while requested)."""
+    return or_(Cycle.state != "failed", Cycle.data.op("?")(literal("diagnosis", Text)))
 
 
 async def check_agent(session: AsyncSession, tenant_id: str) -> None:
@@ -132,14 +139,14 @@ async def check_cycle(
                 f"quota: tenant {tenant_id!r} may run {quotas.max_active_cycles} cycle"
                 f"{'s' * (quotas.max_active_cycles != 1)} at once and runs {active} (wait for "
                 "one to end, or cancel one)",
-                retry_after_s=60,
+                retry_after_s=60 if quotas.max_active_cycles else None,
             )
     if quotas.max_cycles_per_day is not None:
         started = await _started_since(session, now - DAY, others)
         if started >= quotas.max_cycles_per_day:
             oldest = await session.scalar(
                 select(func.min(Cycle.created_at)).where(
-                    Cycle.created_at > now - DAY, Cycle.reason.not_like("quota:%"), others
+                    Cycle.created_at > now - DAY, _started(), others
                 )
             )
             wait = (oldest + DAY - now).total_seconds() if oldest is not None else 60
@@ -147,7 +154,7 @@ async def check_cycle(
                 f"quota: tenant {tenant_id!r} may start {quotas.max_cycles_per_day} cycle"
                 f"{'s' * (quotas.max_cycles_per_day != 1)} a day and started {started} in the "
                 "last 24 hours",
-                retry_after_s=max(1, int(wait) + 1),
+                retry_after_s=max(1, int(wait) + 1) if quotas.max_cycles_per_day else None,
             )
 
 

@@ -120,6 +120,9 @@ def test_agent_commands_without_the_control_api_say_how_to_start_it(
     nowhere = {**servers, "RETRACE_API_URL": "http://127.0.0.1:1", "RETRACE_API_KEY": "rt_x"}
     line = _one_line(cli(nowhere, "agent", "list"))
     assert "cannot reach the control API at http://127.0.0.1:1" in line, line
+    theirs = {**nowhere, "RETRACE_API_KEY": "rt_acme_secret"}
+    line = _one_line(cli(theirs, "agent", "delete", "bot", "--tenant", "globex", "--yes"))
+    assert "is tenant 'acme''s, not 'globex''s" in line, line  # it deleted acme's bot
     keyless = {k: v for k, v in nowhere.items() if k != "RETRACE_API_KEY"}
     line = _one_line(cli(keyless, "agent", "list"))
     assert "no key for the control API" in line and "RETRACE_API_KEY" in line, line
@@ -139,6 +142,10 @@ def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None
     assert "agents=1" in listed.stdout, listed.stdout
     bad = cli(api, "tenant", "quota", "acme", "--max-agents", "-3")
     assert bad.returncode == 2 and "not a whole number or 'none'" in bad.stderr, bad.stderr
+    line = _one_line(cli(api, "tenant", "quota", "acme", "--max-agents", "5000000"))
+    assert "quotas not set" in line and "1000000" in line, line  # it was stored, and broke
+    superscript = cli(api, "tenant", "quota", "acme", "--max-agents", "²")
+    assert superscript.returncode == 2 and "Traceback" not in superscript.stderr
     assert cli(api, "tenant", "quota", "acme", "--max-agents", "none").returncode == 0
     assert cli(api, *agent[:2], "bot2", *agent[2:]).returncode == 0
 

@@ -207,8 +207,8 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
 ) -> None:
     """The operator caps acme at one agent, one cycle at once and two a day: the second
     agent and a cycle beyond either limit get a 429 naming the quota (with Retry-After where
-    waiting helps); globex is not limited; a cycle that slips past the API's check (two
-    requests at once) is refused by the evaluator's."""
+    waiting helps); globex is not limited. (The evaluator's own check, for requests that
+    get past this one, is tests/integration/test_cycle.py's.)"""
     limits = {"max_agents": 1, "max_active_cycles": 1, "max_cycles_per_day": 2}
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "acme", body=limits)
     assert status == 401  # a tenant cannot raise its own
@@ -242,6 +242,10 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
         for c in await session.scalars(select(Cycle)):
             c.state = "completed"
         session.add(Cycle(agent_id=bot.id, state="completed"))  # two today
+        # refused before it began (no diagnosis): not counted
+        session.add(Cycle(agent_id=bot.id, state="failed", reason="quota: at once"))
+    status, mine = await api.call("GET", "/v1/quotas")
+    assert mine["usage"] == {"agents": 1, "active_cycles": 0, "cycles_last_day": 2}, mine
     async with api.http.post(
         f"{api.url}/v1/agents/bot/cycles", json={},
         headers={"Authorization": f"Bearer {api.keys['acme']}"},
@@ -316,36 +320,84 @@ async def test_a_cycle_is_requested_on_the_bus_followed_live_and_cancelled(
     assert status == 409 and "already ended" in twice["error"]["message"]
 
 
-async def test_a_cycle_whose_request_the_bus_refuses_is_not_left_behind(
+async def test_a_cycle_whose_request_the_bus_does_not_confirm_is_sent_again_by_a_repeat(
     api: Api, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The bus refusing the publish (NATS down past the publisher's retries): a 503 with
-    Retry-After, and no requested row left to block the agent; the same request once the
-    bus is back starts the cycle."""
+    """The bus not confirming the publish (NATS down past the publisher's retries; the
+    message may still have landed): a 503 with Retry-After saying to repeat with the same
+    cycle_id; the row stays requested; the repeat once the bus is back publishes it, as
+    first asked."""
     await api.call(
         "POST", "/v1/agents", body={"name": "bot", "model": "m", "environment": "toolbox"}
     )
     bus = api.service.bus
     assert bus is not None
     real = bus.publish
+    sent: list[Any] = []
 
     async def refused(*_: object, **__: object) -> None:
         raise RetryableError("publish to retrace.x failed: no servers available")
 
+    async def recorded(tenant: str, message: Any, *, msg_id: str) -> None:
+        sent.append(message)
+        await real(tenant, message, msg_id=msg_id)
+
     monkeypatch.setattr(bus, "publish", refused)
-    start = {"cycle_id": str(uuid.uuid4())}
+    start = {"cycle_id": str(uuid.uuid4()), "settings": {"diagnose_tasks": 3}}
     async with api.http.post(
         f"{api.url}/v1/agents/bot/cycles", json=start,
         headers={"Authorization": f"Bearer {api.keys['acme']}"},
     ) as r:  # fmt: skip
         out = await r.json()
         assert r.status == 503 and r.headers["Retry-After"], out
-        assert "no cycle was started" in out["error"]["message"]
+        assert "repeat this request with the same cycle_id" in out["error"]["message"]
     async with store.tenant("acme") as session:
-        assert await session.scalar(select(Cycle.id)) is None
-    monkeypatch.setattr(bus, "publish", real)
-    status, out = await api.call("POST", "/v1/agents/bot/cycles", body=start)
+        row = await session.get(Cycle, uuid.UUID(start["cycle_id"]))
+        assert row is not None and row.state == "requested"
+    monkeypatch.setattr(bus, "publish", recorded)
+    status, out = await api.call(
+        "POST", "/v1/agents/bot/cycles", body={"cycle_id": start["cycle_id"]}
+    )
     assert status == 202 and out["id"] == start["cycle_id"] and out["state"] == "requested"
+    [message] = sent
+    assert message.settings.diagnose_tasks == 3  # as first asked, not the repeat's defaults
+
+
+async def test_a_tenant_names_no_server_file_and_makes_the_api_fetch_no_url(api: Api) -> None:
+    """An agent's environment as a tenant gives it: an `mcp:` file is a path on the server
+    (a tenant learnt whether files exist, and read lines of them in the error); an HTTP URL is
+    stored, not fetched by the API (it fetched any URL a tenant named and quoted the answer)."""
+    agent = {"name": "bot", "model": "m", "environment": "mcp:/etc/passwd"}
+    status, out = await api.call("POST", "/v1/agents", body=agent)
+    assert status == 403 and "only the operator" in out["error"]["message"], out
+    assert "root" not in json.dumps(out)
+    nowhere = "http://127.0.0.1:1/secret?"
+    status, out = await api.call("POST", "/v1/agents", body={**agent, "environment": nowhere})
+    assert status == 201 and out["environment"] == nowhere  # never reached: port 1 is closed
+    status, out = await api.call(
+        "PATCH", "/v1/agents/bot", body={"environment": "mcp:/nonexistent/file.yaml"}
+    )
+    assert status == 403, out
+
+
+async def test_the_same_start_sent_twice_at_once_is_one_cycle(api: Api, store: Store) -> None:
+    """A client retrying a start whose answer it did not get: the two requests race; both
+    are answered 202 with the one cycle (not a 409, nor a 429 from the first's row)."""
+    await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body={"max_active_cycles": 1})
+    await api.call(
+        "POST", "/v1/agents", body={"name": "bot", "model": "m", "environment": "toolbox"}
+    )
+    for _ in range(3):
+        body = {"cycle_id": str(uuid.uuid4())}
+        answers = await asyncio.gather(
+            *(api.call("POST", "/v1/agents/bot/cycles", body=body) for _ in range(2))
+        )
+        assert [status for status, _ in answers] == [202, 202], answers
+        assert {out["id"] for _, out in answers} == {body["cycle_id"]}
+        async with store.tenant("acme") as session:  # ended, so the next round may start
+            row = await session.get(Cycle, uuid.UUID(body["cycle_id"]))
+            assert row is not None
+            row.state = "completed"
 
 
 async def test_evaluations_per_configuration_and_per_task(api: Api, store: Store) -> None:

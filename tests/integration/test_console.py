@@ -109,7 +109,8 @@ async def _world(store: Store) -> dict[str, Any]:
         session.add(scenario)
         await session.flush()
         episode = Trajectory(
-            agent_id=agent.id, task_id=scenario.id, model="smollm2", reward=0.75, success=True,
+            agent_id=agent.id, cycle_id=cycle.id, task_id=scenario.id, source="calibration",
+            environment_id=synthetic.id, model="smollm2", reward=0.75, success=True,
             messages=[{"role": "user", "content": "What is code Z-9?"}],
         )  # fmt: skip
         session.add(episode)

@@ -927,3 +927,30 @@ async def test_a_cycle_over_the_tenants_quota_is_refused_by_the_evaluator(
         row = await session.get(Cycle, refused)
         assert row is not None and (row.reason or "").startswith("quota:"), row.reason
         assert "1 cycle at once" in row.reason
+
+
+async def test_a_cycle_whose_target_cannot_be_opened_fails_saying_so(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """A requested cycle (the control API's row) for an agent whose environment no longer
+    opens: it was dead-lettered and left `requested`, holding the agent; now it fails with
+    the reason."""
+    agent_id, _, _ = await _agent_with_capabilities(store, ("set_alarms",), ready="set_alarms")
+    cycle_id = uuid.uuid4()
+    async with store.tenant("acme") as session:
+        agent = await session.get(Agent, agent_id)
+        assert agent is not None
+        agent.environment = "no-such-environment"
+        session.add(Cycle(id=cycle_id, agent_id=agent_id, state="requested"))
+    async with evaluator_running(service_cfg) as (_, send):
+
+        async def state() -> str | None:
+            async with store.tenant("acme") as session:
+                row = await session.get(Cycle, cycle_id)
+                return row.state if row else None
+
+        await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=SETTINGS))
+        await eventually(lambda: _is(state, "failed"), within=30)
+    async with store.tenant("acme") as session:
+        row = await session.get(Cycle, cycle_id)
+        assert row is not None and "the target environment cannot be opened" in row.reason

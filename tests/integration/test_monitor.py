@@ -91,3 +91,32 @@ async def test_a_stalled_cycle_is_failed_saying_where(store: Store, nats_cfg: Na
         row = await session.get(Cycle, old_id)
     assert sorted(states.values()) == ["diagnosing", "failed", "training"]
     assert row is not None and "stalled in training" in (row.error or "")
+
+
+async def test_a_requested_cycle_the_evaluator_never_took_is_failed_within_the_hour(
+    store: Store, nats_cfg: NatsConfig
+) -> None:
+    """A cycle the control API recorded whose request was never taken (dead-lettered, or
+    the evaluator down): it held the agent and the tenant's quota for a day."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        agent = await create_agent(session, "bot", model="smollm2", environment="toolbox")
+        waiting = Cycle(agent_id=agent.id, state="requested")
+        session.add(waiting)
+        await session.flush()
+        await session.execute(
+            update(Cycle)
+            .where(Cycle.id == waiting.id)
+            .values(updated_at=func.now() - text("interval '2 hours'"))
+        )
+        waiting_id = waiting.id
+    bus = await NatsBus.connect(nats_cfg.url or "", nats_cfg)
+    await bus.ensure_streams()
+    try:  # the evaluator's default: a day for a stage, an hour for a request
+        assert await expire_stalled(store, bus, limits(86_400, {"requested": 3600})) == 1
+    finally:
+        await bus.close()
+    async with store.tenant("acme") as session:
+        row = await session.get(Cycle, waiting_id)
+    assert row is not None and row.state == "failed" and "stalled in requested" in (row.error or "")
