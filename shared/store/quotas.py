@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from sqlalchemy import ColumnElement, Text, func, literal, or_, select, true
@@ -75,26 +75,15 @@ async def usage(session: AsyncSession, now: datetime | None = None) -> Usage:
     """The session tenant's usage (the session is scoped to one tenant)."""
     since = (now or datetime.now(UTC)) - DAY
     return Usage(
-        agents=await session.scalar(select(func.count()).select_from(Agent)) or 0,
-        active_cycles=await session.scalar(
-            select(func.count()).select_from(Cycle).where(Cycle.state.not_in(ENDED))
-        )
-        or 0,
-        cycles_last_day=await _started_since(session, since),
+        agents=await _count(session, Agent),
+        active_cycles=await _count(session, Cycle, Cycle.state.not_in(ENDED)),
+        cycles_last_day=await _count(session, Cycle, Cycle.created_at > since, _started()),
     )
 
 
-async def _started_since(
-    session: AsyncSession, since: datetime, *where: ColumnElement[bool]
-) -> int:
-    return (
-        await session.scalar(
-            select(func.count())
-            .select_from(Cycle)
-            .where(Cycle.created_at > since, _started(), *where)
-        )
-        or 0
-    )
+async def _count(session: AsyncSession, model: Any, *where: ColumnElement[bool]) -> int:
+    """The session tenant's `model` rows matching `where`."""
+    return await session.scalar(select(func.count()).select_from(model).where(*where)) or 0
 
 
 def _started() -> ColumnElement[bool]:
@@ -108,7 +97,7 @@ async def check_agent(session: AsyncSession, tenant_id: str) -> None:
     limit = (await _locked_quotas(session, tenant_id)).max_agents
     if limit is None:
         return
-    have = await session.scalar(select(func.count()).select_from(Agent)) or 0
+    have = await _count(session, Agent)
     if have >= limit:
         raise QuotaExceededError(
             f"quota: tenant {tenant_id!r} may have {limit} agent{'s' * (limit != 1)} and has "
@@ -128,12 +117,7 @@ async def check_cycle(
     now = now or datetime.now(UTC)
     others = Cycle.id != besides if besides is not None else true()
     if quotas.max_active_cycles is not None:
-        active = (
-            await session.scalar(
-                select(func.count()).select_from(Cycle).where(Cycle.state.not_in(ENDED), others)
-            )
-            or 0
-        )
+        active = await _count(session, Cycle, Cycle.state.not_in(ENDED), others)
         if active >= quotas.max_active_cycles:
             raise QuotaExceededError(
                 f"quota: tenant {tenant_id!r} may run {quotas.max_active_cycles} cycle"
@@ -142,7 +126,7 @@ async def check_cycle(
                 retry_after_s=60 if quotas.max_active_cycles else None,
             )
     if quotas.max_cycles_per_day is not None:
-        started = await _started_since(session, now - DAY, others)
+        started = await _count(session, Cycle, Cycle.created_at > now - DAY, _started(), others)
         if started >= quotas.max_cycles_per_day:
             oldest = await session.scalar(
                 select(func.min(Cycle.created_at)).where(
