@@ -74,7 +74,7 @@ ARG APP_GID=10001
 RUN groupadd --system --gid "${APP_GID}" retrace \
  && useradd --system --uid "${APP_UID}" --gid retrace \
         --home-dir /home/retrace --create-home --shell /usr/sbin/nologin retrace \
- && mkdir -p /var/lib/retrace/artifacts \
+ && mkdir -p /var/lib/retrace/artifacts /var/lib/retrace/spool \
  && chown -R retrace:retrace /var/lib/retrace
 
 COPY --from=build /opt/venv /opt/venv

@@ -122,6 +122,11 @@ def ensure_postgres(data_dir: Path) -> str:
     root.parent.mkdir(parents=True, exist_ok=True)
     try:
         server = pgserver.get_server(root, cleanup_mode=None)
+        if not postgres_running(data_dir):
+            # pgserver keeps one handle per directory for the process: a server that stopped
+            # since this process first asked would be handed back stopped
+            with server._lock:
+                server.ensure_postgres_running()
         uri = server.get_uri()
     except Exception as exc:
         raise EmbeddedServerError(f"embedded Postgres under {root} did not start: {exc}") from exc
@@ -169,8 +174,9 @@ def stop_embedded(data_dir: Path) -> list[str]:
     return stopped
 
 
-def resolve_urls(cfg: ServiceConfig) -> tuple[str, str]:
-    """The NATS and database URLs to use: configured ones, else embedded servers."""
-    nats_url = cfg.nats.url or ensure_nats(cfg.storage.data_path)
+def resolve_urls(cfg: ServiceConfig, *, nats: bool = True) -> tuple[str | None, str]:
+    """The NATS and database URLs to use: configured ones, else embedded servers (no NATS
+    URL when `nats` is false)."""
+    nats_url = (cfg.nats.url or ensure_nats(cfg.storage.data_path)) if nats else None
     db_url = cfg.database.url or ensure_postgres(cfg.storage.data_path)
     return nats_url, db_url

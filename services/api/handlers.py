@@ -74,7 +74,7 @@ from shared.store.agents import (
     get_agent,
     validate_agent_name,
 )
-from shared.store.engine import STORE_ERRORS
+from shared.store.engine import STORE_ERRORS, not_the_store
 from shared.store.models import (
     Adapter,
     Agent,
@@ -174,6 +174,8 @@ async def refusals(request: web.Request, handler: Route) -> web.StreamResponse:
     except IntegrityError:  # a race another request won (two agents of one name at once)
         return error(409, "conflicts with a change made at the same time; read it and retry")
     except STORE_ERRORS as exc:
+        if not_the_store(exc):
+            raise
         log.warning("store unavailable", path=request.path, error=repr(exc))
         return error(503, "the store is unavailable, try again", "service_unavailable")
 

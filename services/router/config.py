@@ -45,6 +45,9 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     """Answered turns waiting to be written (each is written after its reply is sent; while
     the store refuses them they wait, oldest first); over this, new ones are logged as lost."""
+    spool_dir: str | None = None
+    """Where turns the store has not taken when the router stops are kept until a router
+    starts again (default `<data_dir>/spool/router`; keep it on a volume)."""
     recent_conversations: Annotated[int, msgspec.Meta(ge=0)] = 100_000
     """Conversations kept in memory (the most recently answered), so their next turn needs
     no store read; 0: look every continued conversation up in the store."""

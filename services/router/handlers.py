@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -30,6 +31,7 @@ from services.router.config import RouterConfig
 from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
+from services.router.spool import Spool
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
@@ -52,7 +54,7 @@ from shared.runtime.deadlines import read_body
 from shared.runtime.service import Service
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
-from shared.store.engine import STORE_ERRORS
+from shared.store.engine import STORE_ERRORS, not_the_store
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
 from shared.store.tenants import hash_key, live_key
 
@@ -90,8 +92,10 @@ async def _store_unavailable(request: web.Request, handler: Handler) -> web.Stre
     try:
         return await handler(request)
     except STORE_ERRORS as exc:
+        if not_the_store(exc):
+            raise
         log.warning("store unavailable", path=request.path, error=repr(exc))
-        return error(503, f"the store is unavailable, try again: {exc}", "service_unavailable")
+        return error(503, "the store is unavailable, try again", "service_unavailable")
 
 
 API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
@@ -144,6 +148,11 @@ class RouterApp:
         if not self.upstream.endswith("/v1"):
             self.upstream += "/v1"
         self._http: aiohttp.ClientSession | None = None
+        self.spool = Spool(
+            Path(cfg.spool_dir).expanduser()
+            if cfg.spool_dir
+            else cfg.storage.data_path / "spool" / "router"
+        )
         self.recorder: Recorder | None = None
         """Writes answered turns (started with the service, which has the store)."""
         self.recent = Recent(cfg.recent_conversations)
@@ -302,6 +311,8 @@ class RouterApp:
         longest = tips[0][1] if tips else None
         key_id = request.get(API_KEY_ID)
         named = _conversation_named(request)
+        if isinstance(named, web.Response):
+            return named
         known = None
         if agent is not None:
             known = self.recent.find(agent.id, key_id, named, longest)
@@ -323,6 +334,14 @@ class RouterApp:
                     row = await self._find(session, agent, key_id, named, tips)
                     if row is not None:
                         known = self.recent.remember(_known(row))
+        if known is None and named is not None:
+            return error(
+                404,
+                f"no conversation {named} of agent {req.model!r} for this tenant: send "
+                f"{CONVERSATION_HEADER} only with an id a reply gave you (without it, the "
+                "request opens a conversation)",
+                "not_found_error",
+            )
         if known is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             opening = Opening(
@@ -592,7 +611,7 @@ class RouterApp:
 
     async def start(self, service: Service) -> None:
         assert service.store is not None
-        self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit)
+        self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit, spool=self.spool)
         self.recorder.start()
         if self.cfg.mode in ("embedding", "learned"):
             # loaded before the first request (the static table built on a first run, 10 s)
@@ -681,15 +700,20 @@ def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]
         entry["id"] = entry["id"] or call.get("id")
 
 
-def _conversation_named(request: web.Request) -> uuid.UUID | None:
-    """The conversation the request names in its header (None without one, or a bad id)."""
+def _conversation_named(request: web.Request) -> uuid.UUID | web.Response | None:
+    """The conversation the request names in its header (None without one); a 400 for an
+    id that is not one."""
     given = request.headers.get(CONVERSATION_HEADER)
-    if not given:
+    if given is None:
         return None
     try:
         return uuid.UUID(given)
     except ValueError:
-        return None
+        return error(
+            400,
+            f"{CONVERSATION_HEADER} must be a conversation id (a UUID a reply gave you), "
+            f"not {given[:80]!r}",
+        )
 
 
 def _known(row: Conversation) -> Known:

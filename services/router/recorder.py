@@ -5,7 +5,9 @@ conversation's row, its trajectory with the whole history) joins a queue that on
 writes: each tenant's waiting turns (up to `batch` in all) in one transaction of a few
 batched statements, in order within a conversation, so the store keeps up with thousands
 of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
-until it takes it (at most `limit` turns wait; past that a new one is logged as lost);
+until it takes it (at most `limit` turns wait; past that a new one is logged as lost); what
+it has not taken when the router stops goes to the spool on local disk (`spool.Spool`), and
+the next router to start writes it first;
 `flush` waits until what was answered so far is written (feedback on a conversation, a
 graceful shutdown, tests). The conversation a turn belongs to, branches included, was
 decided before its reply was sent (see `conversations.Recent`); the write checks it once
@@ -21,7 +23,8 @@ import contextlib
 import itertools
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, select, update
@@ -41,6 +44,9 @@ from shared.logging import get_logger
 from shared.store import Store
 from shared.store.engine import STORE_ERRORS
 from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
+
+if TYPE_CHECKING:
+    from services.router.spool import Spool
 
 log = get_logger(__name__)
 
@@ -105,10 +111,16 @@ class Answered:
 
 
 class Recorder:
-    def __init__(self, store: Store, *, limit: int, batch: int = 512) -> None:
+    def __init__(
+        self, store: Store, *, limit: int, batch: int = 512, spool: Spool | None = None
+    ) -> None:
         self.store = store
         self.limit = limit
         self.batch = batch
+        self.spool = spool
+        """Where turns still unwritten at `close` go, and where `start` takes them back."""
+        self._claims: list[tuple[int, Path]] = []
+        """Spool files taken at start, each with the number of its last turn."""
         self._queue: collections.deque[tuple[int, Answered]] = collections.deque()
         """Turns waiting, with their submission number, oldest first."""
         self._submitted = 0
@@ -117,6 +129,12 @@ class Recorder:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Start writing; first the turns a stopped router left in the spool."""
+        for path, turns in self.spool.claim() if self.spool is not None else []:
+            for answered in turns:
+                self._enqueue(answered)
+            self._claims.append((self._submitted, path))
+            log.info("spooled turns taken back", turns=len(turns), file=str(path))
         self._task = asyncio.create_task(self._run(), name="router-recorder")
 
     def submit(self, answered: Answered) -> None:
@@ -128,9 +146,18 @@ class Recorder:
                 waiting=len(self._queue),
             )
             return
+        self._enqueue(answered)
+
+    def _enqueue(self, answered: Answered) -> None:
         self._submitted += 1
         self._queue.append((self._submitted, answered))
         self._wake.set()
+
+    def _release(self) -> None:
+        """Delete the spool files whose turns are all written."""
+        while self._claims and self._settled(self._claims[0][0]):
+            _, path = self._claims.pop(0)
+            path.unlink(missing_ok=True)
 
     def _settled(self, through: int) -> bool:
         return not self._queue or self._queue[0][0] > through
@@ -152,6 +179,27 @@ class Recorder:
                     await self.flush()
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        self._release()
+        if self._queue and self.spool is not None:
+            try:
+                path = await asyncio.to_thread(self.spool.put, [a for _, a in self._queue])
+            except OSError as exc:
+                log.error(
+                    "production trajectories lost at shutdown: the spool refused them",
+                    count=len(self._queue),
+                    error=repr(exc),
+                )
+            else:
+                log.warning(
+                    "production turns spooled: the store did not take them before shutdown",
+                    count=len(self._queue),
+                    file=str(path),
+                )
+                self._queue.clear()
+            # what they held is written or in the new file
+            for _, claimed in self._claims:
+                claimed.unlink(missing_ok=True)
+            self._claims.clear()
         if self._queue:
             log.error("production trajectories lost at shutdown", count=len(self._queue))
 
@@ -181,6 +229,7 @@ class Recorder:
                 self._queue.extendleft(reversed(left))
                 async with self._progress:
                     self._progress.notify_all()
+                self._release()
                 if failure is not None:
                     log.warning(
                         "production turns not recorded yet; retried",

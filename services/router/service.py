@@ -20,6 +20,7 @@ def build(cfg: RouterConfig) -> Service:
         on_start=app.start,
         on_stop=app.close,
         max_body_bytes=cfg.max_body_bytes,
+        uses_bus=False,  # nothing a chat needs goes over NATS: it may be away
     )
     app.attach(service)
     return service

@@ -25,7 +25,8 @@ class Health(msgspec.Struct, kw_only=True):
     service: str
     status: str
     """ok | degraded | starting | stopping"""
-    nats: bool
+    nats: bool | None
+    """None: the service does not use NATS."""
     database: bool
     in_flight: int
     consumers: list[str]

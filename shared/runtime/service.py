@@ -63,8 +63,12 @@ class Service:
         on_start: Hook | None = None,
         on_stop: Hook | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        uses_bus: bool = True,
     ) -> None:
         self.name = name
+        self.uses_bus = uses_bus or bool(handlers)
+        """Whether it connects to NATS (a service that neither consumes nor publishes, the
+        router, serves on while NATS is away)."""
         self.max_body_bytes = max_body_bytes
         """Largest request body its HTTP port reads (aiohttp's 413 above)."""
         self.cfg = cfg
@@ -128,7 +132,7 @@ class Service:
         self._stopping.set()
 
     async def _start(self) -> list[asyncio.Task[None]]:
-        nats_url, db_url = await asyncio.to_thread(resolve_urls, self.cfg)
+        nats_url, db_url = await asyncio.to_thread(resolve_urls, self.cfg, nats=self.uses_bus)
         if self.cfg.database.url is None:
             # Embedded mode has no migrations job: bring the schema to head (serialised by a lock).
             await upgrade_async(db_url, self.cfg.database.schema)
@@ -140,13 +144,14 @@ class Service:
                 log.error("nats connection closed for good; exiting")
                 self.stop(exit_code=1)
 
-        self.bus = await with_retry(
-            STARTUP_RETRY,
-            lambda: NatsBus.connect(
-                nats_url, self.cfg.nats, name=f"retrace-{self.name}", on_closed=_closed
-            ),
-        )
-        await self.bus.ensure_streams()
+        if nats_url is not None:
+            self.bus = await with_retry(
+                STARTUP_RETRY,
+                lambda: NatsBus.connect(
+                    nats_url, self.cfg.nats, name=f"retrace-{self.name}", on_closed=_closed
+                ),
+            )
+            await self.bus.ensure_streams()
         pullers = []
         for contract, handler in self.handlers.items():
             durable = f"{self.name}-{contract.STAGE}-{contract.EVENT}"
@@ -157,6 +162,7 @@ class Service:
                     )
                 )
                 continue
+            assert self.bus is not None  # a service with handlers uses the bus
             stream = await self.bus.ensure_consumer(durable, contract, self.cfg.consumer)
             sub = await self.bus.js.pull_subscribe_bind(durable, stream)
             delivery = Delivery(
@@ -317,7 +323,7 @@ class Service:
 
     # -- health --------------------------------------------------------------------------
     async def health(self) -> Health:
-        nats_ok = self.bus is not None and self.bus.connected
+        nats_ok = self.bus is not None and self.bus.connected if self.uses_bus else None
         db_ok = await self._database_ok()
         if self._stopping.is_set():
             status = "stopping"
@@ -325,7 +331,7 @@ class Service:
             status = "starting"
         else:
             pulling = all(not t.done() for t in self._pullers)
-            status = "ok" if nats_ok and db_ok and pulling else "degraded"
+            status = "ok" if nats_ok is not False and db_ok and pulling else "degraded"
         self.metrics.set_up(status == "ok")
         return Health(
             service=self.name,

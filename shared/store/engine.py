@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -26,10 +27,26 @@ STORE_ERRORS = (
     SQLAlchemyError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
-    ConnectionRefusedError,  # Postgres down; aiohttp's own connection errors are not this class
+    # connecting to a Postgres that is down: asyncpg raises these bare, SQLAlchemy does not
+    # wrap them (a stopped server's Unix socket is gone: FileNotFoundError; its host name
+    # unknown while its container is away: gaierror)
+    ConnectionRefusedError,
+    FileNotFoundError,
+    TimeoutError,
+    socket.gaierror,
 )
 """What a store that cannot serve a request raises (a client that hangs up is not one): an
-HTTP surface answers these with a 503 and `Retry-After`."""
+HTTP surface answers these with a 503 and `Retry-After`. aiohttp's client timeouts are
+TimeoutErrors too: a surface that calls other services lets `aiohttp.ClientError` through
+first (`not_the_store`)."""
+
+
+def not_the_store(exc: BaseException) -> bool:
+    """An error among `STORE_ERRORS` by its class that came from an HTTP client, not from
+    Postgres."""
+    import aiohttp
+
+    return isinstance(exc, aiohttp.ClientError)
 
 
 def async_url(url: str) -> str:

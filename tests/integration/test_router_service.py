@@ -828,3 +828,41 @@ async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
     assert str(conversation.id) == headers["X-Retrace-Conversation"]
     assert conversation.turns == 1 and conversation.trajectory_id is not None
     assert conversation.route["mode"] == "embedding"
+
+
+async def test_a_named_conversation_is_the_one_continued(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """Issue 14: conversations were told apart only by the hash of their history. Two that
+    open alike on one key have the same history after the reply; named by the id the router
+    returned, each goes on as itself. An id that is not one is a 400, an unknown one a 404
+    (not a new conversation in its place)."""
+    url, key, _, _ = router
+    hello = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    async with aiohttp.ClientSession() as http:
+        opened = []
+        for _ in range(2):
+            status, headers, _ = await _chat(http, url, key, {"model": "bot", "messages": hello})
+            assert status == 200
+            opened.append(headers["X-Retrace-Conversation"])
+        assert opened[0] != opened[1]
+        for cid, text in zip(opened, ("Make it 06:45.", "Make it 07:00."), strict=True):
+            history = [*hello, {"role": "assistant", "content": "Done."}]
+            history.append({"role": "user", "content": text})
+            async with http.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "bot", "messages": history},
+                headers={"Authorization": f"Bearer {key}", "X-Retrace-Conversation": cid},
+            ) as r:
+                assert r.status == 200 and r.headers["X-Retrace-Conversation"] == cid
+        for named, status in (("not-an-id", 400), (str(uuid.uuid4()), 404)):
+            async with http.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "bot", "messages": hello},
+                headers={"Authorization": f"Bearer {key}", "X-Retrace-Conversation": named},
+            ) as r:
+                payload = await r.json()
+            assert r.status == status and payload["error"]["code"] == status, payload
+            assert "X-Retrace-Conversation" in payload["error"]["message"] or status == 404
+    kept = [t.messages[-2]["content"] for t in await _recorded(store, *opened)]
+    assert kept == ["Make it 06:45.", "Make it 07:00."]

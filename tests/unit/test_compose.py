@@ -500,3 +500,15 @@ def test_healthcheck_probe_exit_codes(
     assert probe() == 0
     handler.status = 503
     assert probe() != 0
+
+
+def test_the_router_s_metrics_need_a_key_and_its_spool_is_on_a_volume(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Issue 14: the router's public port served /metrics (every tenant's adapter names) to
+    anyone; turns spooled at shutdown must outlive the container."""
+    router = services["router"]
+    env = _env(router)
+    assert env.get("RETRACE_HTTP_METRICS_KEY"), env
+    spool = env.get("RETRACE_ROUTER_SPOOL_DIR")
+    assert spool in _volume_mounts(router)  # keyed by target
