@@ -102,6 +102,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, frozen=True):
     url: str = "http://127.0.0.1:8000/v1"
     api_key: str = "EMPTY"
     """Sent as a bearer token; local servers ignore it."""
+    admin_key: str | None = None
+    """Sent instead of `api_key` to load and unload adapters, where the endpoint has an
+    admin key of its own (`retrace serve-model --admin-key`)."""
     request_timeout: Seconds = 300.0
     """Seconds for one completion (generation on a busy CPU server is slow)."""
 

@@ -55,6 +55,7 @@ from shared.messages import (
 from shared.progress import Tracker
 from shared.serving.model_files import resolve_model
 from shared.store.models import Adapter, Agent, Capability, Environment, TrainingJob
+from shared.store.tenants import adapter_name
 
 log = get_logger(__name__)
 
@@ -487,7 +488,7 @@ class TrainHandlers:
             raise ConfigError("RETRACE_TRAIN_GENERATION=endpoint needs the inference endpoint")
         directory = self._root(tenant) / "live" / str(job_id)
         return lambda policy: EndpointSampler(
-            client, loop, directory, f"train-{job_id}", policy.end_id
+            client, loop, directory, f"{tenant}/train-{job_id}", policy.end_id
         )
 
     def _root(self, tenant: str) -> Path:
@@ -601,8 +602,10 @@ class TrainHandlers:
                 )
                 or 0
             )
-        # the job's id keeps the name unique if two jobs of one capability count alike
-        name = f"{agent.name}--{skill}--v{version}--{str(job.id)[:8]}"
+        # one inference endpoint serves every tenant: the name starts with the tenant, so no
+        # two tenants' adapters ever share one; the job's id keeps it unique if two jobs of
+        # one capability count alike
+        name = adapter_name(ctx.tenant, agent.name, skill, version, job.id)
         # this delivery's own directory: one taken over meanwhile cannot overwrite the weights
         # the other registers
         folder = f"v{version}-{job.id}-{token[:8]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import click
 
@@ -53,6 +54,22 @@ UNSET_KEY = "EMPTY"
     "from; `retrace up` generates one). Unset: no key, for a port only you can reach.",
 )
 @click.option(
+    "--admin-key",
+    envvar="RETRACE_MODEL_ADMIN_KEY",
+    default=None,
+    help="Bearer token loading and unloading adapters requires instead of --api-key (the "
+    "services send it from this variable; `retrace up` generates one). Unset: --api-key does.",
+)
+@click.option(
+    "--adapter-dir",
+    "adapter_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A directory adapters may be loaded from; repeat for more. Default: the artifact "
+    "store (RETRACE_STORAGE_ARTIFACT_DIR, else <data dir>/artifacts). A path outside is "
+    "refused (403), whether it exists or not.",
+)
+@click.option(
     "--idle-timeout",
     default=IDLE_TIMEOUT_S,
     show_default=True,
@@ -77,6 +94,8 @@ def serve_model(
     kv_cache_mb: int,
     threads: int | None,
     api_key: str | None,
+    admin_key: str | None,
+    adapter_dirs: tuple[Path, ...],
     idle_timeout: float,
     body_timeout: float,
 ) -> None:
@@ -99,6 +118,8 @@ def serve_model(
         kv_cache_mb=kv_cache_mb,
         threads=threads,
         api_key=api_key if api_key and api_key != UNSET_KEY else None,
+        admin_key=admin_key or None,
+        adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
         idle_timeout_s=idle_timeout,
         body_timeout_s=body_timeout,
     )

@@ -62,6 +62,7 @@ class LLMClient:
         base_url: str,
         *,
         api_key: str = "EMPTY",
+        admin_key: str | None = None,
         chat_retry: RetryPolicy = CHAT_RETRY,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
@@ -69,6 +70,8 @@ class LLMClient:
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
         self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self.admin_headers = {**self.headers, "Authorization": f"Bearer {admin_key or api_key}"}
+        """For loading and unloading adapters (the endpoint's admin key, where it has one)."""
         self.chat_retry = chat_retry
         self._session = session
         self._owned = session is None
@@ -79,7 +82,7 @@ class LLMClient:
         `cfg.request_timeout` per attempt (`RETRACE_MODEL_REQUEST_TIMEOUT`): every service
         builds its client here, so the setting holds for all of them."""
         policy = dataclasses.replace(CHAT_RETRY, timeout=cfg.request_timeout)
-        return cls(cfg.url, api_key=cfg.api_key, chat_retry=policy)
+        return cls(cfg.url, api_key=cfg.api_key, admin_key=cfg.admin_key, chat_retry=policy)
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -124,18 +127,21 @@ class LLMClient:
 
     async def load_adapter(self, name: str, path: str) -> None:
         body = msgspec.json.encode({"lora_name": name, "lora_path": path})
-        await with_retry(ADMIN_RETRY, lambda: self._post("/load_lora_adapter", body))
+        await with_retry(ADMIN_RETRY, lambda: self._post("/load_lora_adapter", body, admin=True))
 
     async def unload_adapter(self, name: str) -> None:
         body = msgspec.json.encode({"lora_name": name})
-        await with_retry(ADMIN_RETRY, lambda: self._post("/unload_lora_adapter", body))
+        await with_retry(ADMIN_RETRY, lambda: self._post("/unload_lora_adapter", body, admin=True))
 
-    async def _post(self, path: str, body: bytes) -> bytes:
-        return await self._request("POST", path, body)
+    async def _post(self, path: str, body: bytes, *, admin: bool = False) -> bytes:
+        return await self._request("POST", path, body, admin=admin)
 
-    async def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+    async def _request(
+        self, method: str, path: str, body: bytes | None, *, admin: bool = False
+    ) -> bytes:
+        headers = self.admin_headers if admin else self.headers
         async with self._http().request(
-            method, self.base_url + path, data=body, headers=self.headers
+            method, self.base_url + path, data=body, headers=headers
         ) as resp:
             data = await resp.read()
             if resp.status >= 500 or resp.status == 429:

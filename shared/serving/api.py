@@ -8,6 +8,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +84,8 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 OPEN_PATHS = frozenset({"/healthz", "/health", "/openapi.json"})
 """What the model server answers without its key: whether it is up."""
+ADMIN_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
+"""What changes the adapters every caller is served: the admin key's, when there is one."""
 MAX_BODY_BYTES = 4 << 20
 """Largest request body (413 above): far more text than any context window served here holds,
 and a 20 MB body blocked the event loop for 47 s (issue 14)."""
@@ -98,9 +101,19 @@ class ModelServer:
         max_body_bytes: int = MAX_BODY_BYTES,
         api_key: str | None = None,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        admin_key: str | None = None,
+        adapter_dirs: Sequence[Path] | None = None,
     ) -> None:
         self.api_key = api_key
         """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
+        self.admin_key = admin_key
+        """When set, loading and unloading adapters need it instead of `api_key`: a caller
+        that only chats cannot change what every tenant is served."""
+        self.adapter_dirs = (
+            tuple(Path(d).resolve() for d in adapter_dirs) if adapter_dirs is not None else None
+        )
+        """The directories adapters load from (the artifact store); a path outside them is
+        refused whether it exists or not. None: any path (a server in a test's process)."""
         self.engine = engine
         self.prompts = prompts
         self.served_name = served_name
@@ -158,9 +171,17 @@ class ModelServer:
         """The server's key on every route but health: without it, anyone who reached the
         port could chat with any tenant's adapter, list them with their paths, load any path
         or unload every adapter (issue 14)."""
-        if self.api_key is None or request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS:
             return await handler(request)
-        if not carries_key(request, self.api_key):
+        if self.admin_key is not None and request.path in ADMIN_PATHS:
+            if not carries_key(request, self.admin_key):
+                return openai_error(
+                    401 if not request.headers.get("Authorization") else 403,
+                    "loading and unloading adapters needs this model server's admin key",
+                    "permission_error",
+                )
+            return await handler(request)
+        if self.api_key is not None and not carries_key(request, self.api_key):
             return openai_error(401, "this model server needs its key as a bearer token")
         return await handler(request)
 
@@ -412,6 +433,17 @@ class ModelServer:
         if req.lora_name in self.engine.adapters:
             raise ApiError(400, f"adapter {req.lora_name!r} is already loaded")
         path = Path(req.lora_path)
+        if self.adapter_dirs is not None:
+            # resolved (links followed) before the check; the same answer whether or not the
+            # path exists, so the server tells nothing of its files outside the store
+            path = await asyncio.to_thread(path.resolve)
+            if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
+                raise ApiError(
+                    403,
+                    "adapters load only from this server's adapter directories "
+                    "(the artifact store)",
+                    "permission_error",
+                )
         if not (path / "adapter_config.json").exists():
             raise ApiError(400, f"no PEFT adapter at {path} (adapter_config.json missing)")
         try:
@@ -455,7 +487,7 @@ class ModelServer:
 
     async def health(self, _: web.Request) -> web.Response:
         health = ServerHealth(
-            status="ok", model=self.served_name, adapters=sorted(self.engine.adapters)
+            status="ok", model=self.served_name, adapters=len(self.engine.adapters)
         )
         return web.Response(body=msgspec.json.encode(health), content_type="application/json")
 

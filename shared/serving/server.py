@@ -35,6 +35,10 @@ class ServeConfig:
     api_key: str | None = None
     """Required as a bearer token on every route but health (None: open to whoever reaches
     the port; keep it on 127.0.0.1 then)."""
+    admin_key: str | None = None
+    """Required instead of `api_key` to load and unload adapters (None: `api_key` does)."""
+    adapter_dirs: tuple[Path, ...] = ()
+    """Where adapters may be loaded from (the artifact store); empty: anywhere."""
     idle_timeout_s: float = IDLE_TIMEOUT_S
     """A connection without a whole request for this long is closed."""
     body_timeout_s: float = BODY_TIMEOUT_S
@@ -65,6 +69,8 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
         context,
         api_key=cfg.api_key,
         body_timeout_s=cfg.body_timeout_s,
+        admin_key=cfg.admin_key,
+        adapter_dirs=cfg.adapter_dirs or None,
     )
     return server, engine
 
@@ -80,6 +86,8 @@ async def serve(cfg: ServeConfig) -> None:
         port=cfg.port,
         max_batch=cfg.max_batch,
         key_required=cfg.api_key is not None,
+        admin_key_required=cfg.admin_key is not None,
+        adapter_dirs=[str(d) for d in cfg.adapter_dirs] or "anywhere",
     )
     if cfg.api_key is None:
         log.warning(

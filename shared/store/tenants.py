@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
@@ -113,3 +114,10 @@ async def delete_tenant(session: AsyncSession, tenant_id: str) -> Tenant:
 
 async def list_tenants(session: AsyncSession) -> list[Tenant]:
     return list(await session.scalars(select(Tenant).order_by(Tenant.id)))
+
+
+def adapter_name(tenant: str, agent: str, skill: str, version: int, job_id: uuid.UUID) -> str:
+    """An adapter's name on the inference endpoint, which serves every tenant: the tenant
+    first, then `/` (no tenant id holds one), so two tenants' adapters never share a name
+    whatever their agents and skills are called."""
+    return f"{validate_tenant(tenant)}/{agent}--{skill}--v{version}--{str(job_id)[:8]}"

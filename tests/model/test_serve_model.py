@@ -346,3 +346,47 @@ async def test_with_a_key_only_health_is_open(loaded: tuple[object, Engine]) -> 
         assert listed.status == 200 and (await listed.json())["data"][0]["id"] == "smollm2"
         answered = await c.post("/v1/chat/completions", json=chat("Hi."), headers=good)
         assert answered.status == 200
+
+
+async def test_adapters_load_only_from_the_store_and_only_with_the_admin_key(
+    loaded: tuple[object, Engine], random_adapter: Path, tmp_path: Path
+) -> None:
+    """Issue 14: any caller could unload every tenant's adapters, and ask the server to load
+    any path on it (telling whether it existed). With an admin key, only it changes the
+    adapters; loads come only from the adapter directories, and a path outside them gets
+    the same answer whether it exists or not; health names no adapter."""
+    open_server, engine = loaded
+    keyed = ModelServer(
+        engine,
+        open_server.prompts,  # type: ignore[attr-defined]
+        "smollm2",
+        open_server.max_context,  # type: ignore[attr-defined]
+        api_key="service-key",
+        admin_key="admin-key",
+        adapter_dirs=[random_adapter.parent],
+    )
+    service = {"Authorization": "Bearer service-key"}
+    admin = {"Authorization": "Bearer admin-key"}
+    escape = random_adapter.parent / "escape"
+    escape.symlink_to(tmp_path, target_is_directory=True)  # inside by name, outside in fact
+    async with TestClient(TestServer(keyed.app())) as c:
+        load = {"lora_name": "rand", "lora_path": str(random_adapter)}
+        for headers, status in (({}, 401), (service, 403)):
+            resp = await c.post("/v1/load_lora_adapter", json=load, headers=headers)
+            assert resp.status == status and (await resp.json())["error"]["code"] == status
+        refusals = set()
+        for outside in ("/etc", "/no/such/dir", str(tmp_path), str(escape), "relative/dir"):
+            resp = await c.post(
+                "/v1/load_lora_adapter", json={**load, "lora_path": outside}, headers=admin
+            )
+            assert resp.status == 403, (outside, await resp.text())
+            refusals.add((await resp.json())["error"]["message"])
+        assert len(refusals) == 1  # one answer, whatever is or is not there
+        resp = await c.post("/v1/load_lora_adapter", json=load, headers=admin)
+        assert resp.status == 200, await resp.text()
+        health = await (await c.get("/healthz")).json()
+        assert health["adapters"] == 1 and "rand" not in json.dumps(health)
+        assert (await c.post("/v1/chat/completions", json=chat("Hi."), headers=admin)).status == 401
+        unload = {"lora_name": "rand"}
+        assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=service)).status == 403
+        assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=admin)).status == 200
