@@ -13,7 +13,6 @@ import time
 import click
 import msgspec
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
 from shared.cli import context
 from shared.cli.admin import DEFAULT_TENANT, agent, migrate, tenant
@@ -41,7 +40,7 @@ from shared.cli.train import adapters, train
 from shared.cli.work import bar, cancel_command
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
-from shared.logging import configure_logging
+from shared.logging import configure_logging, redact
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import migrate as migrations
 from shared.store.tenants import create_tenant, list_tenants
@@ -168,8 +167,10 @@ async def _run_supervisor(
         env["RETRACE_API_ADMIN_KEY"] = make_admin_key(cfg)
     if served is not None:
         env["RETRACE_MODEL_URL"] = f"http://127.0.0.1:{state.services[MODEL]}/v1"
-        # one key for the model server this `up` starts and every service that calls it
+        # one key for the model server this `up` starts and every service that calls it,
+        # and one for changing its adapters (the services that load them have it too)
         env.setdefault("RETRACE_MODEL_API_KEY", secrets.token_urlsafe(24))
+        env.setdefault("RETRACE_MODEL_ADMIN_KEY", secrets.token_urlsafe(24))
     sup = Supervisor(state.services, env, cfg.storage.data_path / "logs", model=served)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -192,7 +193,8 @@ async def _run_supervisor(
         err.print("[red]some services did not become healthy; see their logs[/red]")
         await sup.stop(watchers)
         return 1
-    console.print(f"NATS {state.nats_url}  Postgres {_redact(state.database_url)}")
+    # both may carry a password (compose's NATS has one): never on the screen
+    console.print(redact(f"NATS {state.nats_url}  Postgres {state.database_url}"))
     console.print("all services healthy; Ctrl-C stops them")
     await sup.stopping.wait()
     console.print("stopping services")
@@ -276,10 +278,6 @@ def _wait_gone(pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-
-
-def _redact(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
 
 
 for command in (
