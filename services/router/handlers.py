@@ -486,13 +486,10 @@ class RouterApp:
                 payload = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._count(headers, "upstream_error")
-            return error(502, f"inference endpoint unreachable: {exc!r}", "upstream_error")
+            return self._unreachable(headers, exc)
         if status != 200:
             self._count(headers, f"upstream_{status}")
-            return web.Response(
-                body=payload, status=status, content_type="application/json", headers=headers
-            )
+            return _upstream_refusal(status, payload, headers)
         try:
             parsed = msgspec.json.decode(payload)
             reply = parsed["choices"][0]["message"]
@@ -529,17 +526,11 @@ class RouterApp:
                 f"{self.upstream}/chat/completions", data=msgspec.json.encode(body), headers=JSON
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._count(headers, "upstream_error")
-            return error(502, f"inference endpoint unreachable: {exc!r}", "upstream_error")
+            return self._unreachable(headers, exc)
         async with upstream:
             if upstream.status != 200:
                 self._count(headers, f"upstream_{upstream.status}")
-                return web.Response(
-                    body=await upstream.read(),
-                    status=upstream.status,
-                    content_type="application/json",
-                    headers=headers,
-                )
+                return _upstream_refusal(upstream.status, await upstream.read(), headers)
             out = web.StreamResponse(
                 headers={
                     "Content-Type": "text/event-stream",
@@ -567,6 +558,16 @@ class RouterApp:
         self._count(headers, "ok")
         await out.write_eof()
         return out
+
+    def _unreachable(self, headers: dict[str, str], exc: BaseException) -> web.Response:
+        """A 502 for an endpoint that could not be reached (its address stays in the log)."""
+        self._count(headers, "upstream_error")
+        log.warning(
+            "inference endpoint unreachable", target=headers[ADAPTER_HEADER], error=repr(exc)
+        )
+        return error(
+            502, "the inference endpoint is unreachable; try again", "upstream_error", headers
+        )
 
     def _count(self, headers: dict[str, str], outcome: str) -> None:
         if self.routed is not None:
@@ -664,6 +665,30 @@ class RouterApp:
             trajectory.success = success
             trajectory.reward = fb.reward if fb.reward is not None else float(success)
         return web.json_response({"conversation_id": str(fb.conversation_id), "recorded": True})
+
+
+def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> web.Response:
+    """The endpoint's answer other than 200, in the OpenAI error shape whatever it sent: its
+    4xx passed on with its message (the request's own fault: too long, a bad parameter), its
+    5xx a 502 whose details stay in the log (they are the endpoint's, not the caller's)."""
+    try:
+        found = msgspec.json.decode(payload)["error"]
+        message = str(found["message"] if isinstance(found, dict) else found)
+        kind = found.get("type") if isinstance(found, dict) else None
+    except (msgspec.DecodeError, KeyError, TypeError, IndexError):
+        message = payload.decode(errors="replace").strip()
+        kind = None
+    if status >= 500 or status < 400:
+        log.warning("inference endpoint failed", status=status, error=message[:2000])
+        return error(
+            502, f"the inference endpoint failed (HTTP {status})", "upstream_error", headers
+        )
+    return error(
+        status,
+        message[:2000] or f"the inference endpoint refused the request (HTTP {status})",
+        kind if isinstance(kind, str) else None,
+        headers,
+    )
 
 
 def _assistant(reply: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,18 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
         "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/nonexistent"}
     )
     assert bad.status == 400
+    # issue 14: these were 500s carrying the internal exception
+    deep = b'{"model": "smollm2", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    no_function = chat("hi", tools=[{"type": "function"}])
+    invalid_utf8 = b'{"model": "smollm2", "messages": "\xff\xfe"}'
+    for raw in (invalid_utf8, deep):
+        resp = await client.post(
+            "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+        )
+        body = await resp.json()
+        assert resp.status == 400 and body["error"]["code"] == 400, body
+        assert "Traceback" not in body["error"]["message"]
+    assert "function" in (await post(client, no_function, 400))["error"]["message"]
 
 
 async def complete(client: TestClient, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
@@ -390,3 +402,24 @@ async def test_adapters_load_only_from_the_store_and_only_with_the_admin_key(
         unload = {"lora_name": "rand"}
         assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=service)).status == 403
         assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=admin)).status == 200
+
+
+async def test_response_format_is_followed_or_refused(client: TestClient) -> None:
+    """Issue 14: `response_format` was ignored silently. `json_object` holds the reply to
+    one JSON object (constrained decoding); `json_schema`, which this server cannot follow,
+    is a 400 that says so."""
+    data = await post(
+        client,
+        chat(
+            "Give me a JSON object with your favourite colour.",
+            response_format={"type": "json_object"},
+            temperature=0,
+            max_tokens=96,
+        ),
+    )
+    choice = data["choices"][0]
+    assert choice["finish_reason"] == "stop", choice
+    assert isinstance(json.loads(choice["message"]["content"]), dict), choice
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    refused = await post(client, chat("hi", response_format=schema), 400)
+    assert "json_schema" in refused["error"]["message"]
