@@ -6,7 +6,9 @@ routing embedders: the same 16 kinds and 162 test requests, the same unrelated r
 Each variant embeds both sides, the adapters' profiles and the requests, so only how well
 it separates them matters, not how close its vectors are to all-MiniLM-L6-v2's:
 - `int8`: the encoder's linear layers dynamically quantised to int8 (torch), all 6 layers;
-- `layers N`: the first N of the 6 layers, mean-pooled as the full model is (fp32).
+- `layers N`: the first N of the 6 layers, mean-pooled as the full model is (fp32);
+- `ONNX Runtime`: the full model exported to ONNX and run by ONNX Runtime (what routing
+  uses where it is installed), fp32 or with its weights quantised to int8.
 Variants run one after another in one process, the full model between two int8 runs, so
 the time of a variant is not its place in the order.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.static_routing import requests, score
-from shared.embeddings import MiniLM
+from shared.embeddings import MiniLM, OnnxMiniLM
 
 SHOWN = (
     "accuracy",
@@ -58,23 +60,58 @@ class Variant(MiniLM):
         return model
 
 
-VARIANTS: dict[str, dict[str, Any]] = {
-    "int8": {"int8": True},
-    "fp32 (as served)": {},
-    "int8, again": {"int8": True},
-    "layers 3": {"layers": 3},
-    "layers 3, int8": {"layers": 3, "int8": True},
+class OnnxVariant(OnnxMiniLM):
+    """The model through ONNX Runtime (`shared.embeddings.OnnxMiniLM`), on `threads` cores,
+    its graph's weights dynamically quantised to int8 (ONNX Runtime's) with `int8`."""
+
+    def __init__(self, threads: int = 1, int8: bool = False) -> None:
+        super().__init__(threads=threads)
+        self.int8 = int8
+
+    def _load(self) -> tuple[Any, Any]:
+        session, tokenizer = super()._load()
+        if self.int8 and not getattr(self, "_quantized", False):
+            import onnxruntime
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            path = Path(session._model_path)
+            small = path.with_suffix(".int8.onnx")
+            if not small.exists():
+                quantize_dynamic(str(path), str(small), weight_type=QuantType.QInt8)
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            self._session = onnxruntime.InferenceSession(
+                str(small), options, providers=["CPUExecutionProvider"]
+            )
+            self._quantized = True
+        return self._session, tokenizer
+
+
+VARIANTS: dict[str, tuple[type[MiniLM] | type[OnnxVariant], dict[str, Any]]] = {
+    "int8": (Variant, {"int8": True}),
+    "fp32 (as served)": (Variant, {}),
+    "int8, again": (Variant, {"int8": True}),
+    "layers 3": (Variant, {"layers": 3}),
+    "layers 3, int8": (Variant, {"layers": 3, "int8": True}),
+    "ONNX Runtime, 1 thread": (OnnxVariant, {"threads": 1}),
+    "ONNX Runtime, 2 threads": (OnnxVariant, {"threads": 2}),
+    "ONNX Runtime int8, 1 thread": (OnnxVariant, {"threads": 1, "int8": True}),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", action="append", help="a variant's name (repeatable)")
     args = parser.parse_args()
     rows = requests()
     out = {}
-    for name, settings in VARIANTS.items():
-        result = score(Variant(**settings), rows)
+    wanted = set(args.only or VARIANTS)
+    for name, (kind, settings) in VARIANTS.items():
+        if name not in wanted:
+            continue
+        result = score(kind(**settings), rows)
         out[name] = {k: result[k] for k in SHOWN}
         print(name, json.dumps(out[name]), flush=True)
     if args.out:

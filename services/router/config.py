@@ -19,14 +19,18 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    embedder: Literal["cascade", "minilm", "static"] = "cascade"
-    """The text similarity of the `embedding` mode: `minilm` (the model, 5 to 12 ms of CPU
-    a new conversation), `static` (its token vectors averaged, 0.06 ms; it picks among
-    adapters well but sends many unrelated requests to one, so only where every request
-    belongs to some adapter) or `cascade` (static where its best score is high enough that
-    no unrelated request reached it, MiniLM for the rest: docs/benchmarks.md). `learned`
-    compares with MiniLM except under `static`. Keep the evaluator's `routing_embedder`
-    equal."""
+    embedder: Literal["cascade", "cascade-int8", "minilm", "minilm-int8", "static"] = "cascade"
+    """The text similarity of the `embedding` mode: `minilm` (the model; through ONNX
+    Runtime where it is installed, 4 ms of one core a query on this project's CPU, else
+    PyTorch, 13 to 18 ms), `minilm-int8` (its ONNX graph with int8 weights, 1.2 ms; on the
+    routing benchmark 52.5% of requests to the right kind against 54.9%, unrelated ones told
+    apart as well), `static` (its token vectors averaged, 0.06 ms; it picks among adapters
+    well but sends many unrelated requests to one, so only where every request belongs to
+    some adapter) or `cascade` / `cascade-int8` (static where its best score is high enough
+    that no unrelated request reached it, `minilm` / `minilm-int8` for the rest:
+    docs/benchmarks.md). `learned` compares with the MiniLM chosen (static vectors under
+    `static`).
+    Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""
     min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5

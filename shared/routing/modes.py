@@ -166,11 +166,13 @@ class EmbeddingRouting:
 
 
 def embedding_routing(kind: str, min_confidence: float) -> EmbeddingRouting:
-    """The embedding mode over the configured embedder: `minilm`, `static`, or `cascade`
-    (static vectors where they are sure, MiniLM elsewhere)."""
-    if kind == "cascade":
+    """The embedding mode over the configured embedder: `minilm`, `minilm-int8`, `static`,
+    or `cascade` / `cascade-int8` (static vectors where they are sure, MiniLM or its int8
+    graph elsewhere)."""
+    if kind in ("cascade", "cascade-int8"):
+        main = "minilm-int8" if kind == "cascade-int8" else "minilm"
         return EmbeddingRouting(
-            routing_embedder("minilm"), min_confidence, quick=routing_embedder("static")
+            routing_embedder(main), min_confidence, quick=routing_embedder("static")
         )
     return EmbeddingRouting(routing_embedder(kind), min_confidence)
 

@@ -147,7 +147,8 @@ async def _started(
     )
     service = build(cfg)
     run = asyncio.create_task(service.run())
-    await eventually(lambda: healthy(service))
+    # a first start builds the routing embedders' files (the static table, the ONNX graph)
+    await eventually(lambda: healthy(service), within=120)
     return service, run, cfg.http.port
 
 

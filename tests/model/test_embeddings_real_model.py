@@ -85,6 +85,28 @@ async def test_a_loaded_static_embedder_is_called_on_the_loop(static_dir: Path) 
     assert batched.batches == 1  # quick now: embedded directly, no thread
 
 
+@pytest.mark.skipif(not embeddings.onnx_available(), reason="ONNX Runtime not installed")
+def test_onnx_runtime_gives_minilm_s_own_vectors_and_int8_close_ones(tmp_path: Path) -> None:
+    """Routing's MiniLM through ONNX Runtime (issue 14: PyTorch's cost per operator was most
+    of a short text's 13 to 18 ms): the graph exported once, the same vectors; its int8
+    twin close to them, and apart where MiniLM is."""
+    texts = ["set an alarm for seven", "wake me up at 7 with an alarm", "refund my order please"]
+    reference = embeddings.MiniLM().embed(texts)
+    onnx = embeddings.OnnxMiniLM(tmp_path)
+    vectors = onnx.embed(texts)
+    [graph] = list(tmp_path.glob("minilm-l6-v2-*.onnx"))
+    for got, want in zip(vectors, reference, strict=True):
+        assert embeddings.cosine(got, want) == pytest.approx(1.0, abs=1e-5)
+    assert onnx.embed(texts[:1]) == vectors[:1]  # from its cache
+    small = embeddings.OnnxMiniLM(tmp_path, int8=True).embed(texts)
+    assert graph.exists() and len(list(tmp_path.glob("*.int8.onnx"))) == 1
+    assert not list(tmp_path.glob("*.partial*"))
+    for got, want in zip(small, reference, strict=True):
+        assert embeddings.cosine(got, want) > 0.9
+    alarm, wake, refund = small
+    assert embeddings.cosine(alarm, wake) > embeddings.cosine(alarm, refund)
+
+
 def test_the_catalogue_has_no_embedding_duplicates(sim: embeddings.EmbeddingSimilarity) -> None:
     threshold = MergeConfig.for_embeddings().min_text_similarity
     for a, b in itertools.combinations(CATALOGUE, 2):

@@ -291,3 +291,24 @@ def test_routing_reads_only_the_opening_of_a_long_request() -> None:
     embedding model reads its first 256 tokens."""
     long = [{"role": "user", "content": "Wake me at 7. " + "x" * (2 << 20)}]
     assert first_user_text(long) == long[0]["content"][:ROUTING_CHARS]
+
+
+def test_routing_embedders_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`minilm` is the model through ONNX Runtime where it is installed (the same vectors),
+    PyTorch otherwise; `minilm-int8` exists only through ONNX Runtime and says so."""
+    from shared import embeddings
+    from shared.errors import ConfigError
+
+    monkeypatch.setattr(embeddings, "_onnx", {})
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: True)
+    fast = embeddings.routing_embedder("minilm")
+    assert isinstance(fast, embeddings.OnnxMiniLM) and not fast.int8
+    assert embeddings.routing_embedder("minilm") is fast  # one per process
+    small = embeddings.routing_embedder("minilm-int8")
+    assert isinstance(small, embeddings.OnnxMiniLM) and small.int8
+    monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
+    assert isinstance(embeddings.routing_embedder("minilm"), embeddings.MiniLM)
+    with pytest.raises(ConfigError, match="ONNX Runtime"):
+        embeddings.routing_embedder("minilm-int8")
+    with pytest.raises(ConfigError, match="unknown routing embedder"):
+        embeddings.routing_embedder("bert")
