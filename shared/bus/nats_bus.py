@@ -41,6 +41,10 @@ PUBLISH_RETRY = RetryPolicy(
     ),
 )
 """A publish waits out a short NATS restart, then fails the handler (which is then retried)."""
+BUS_GONE = (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError)
+"""A connection that gave up reconnecting (its service is then stopping) or is closing: not
+retried, but as retryable for the caller as a timeout (an HTTP request gets its 503)."""
+PUBLISH_FAILED: tuple[type[BaseException], ...] = (*PUBLISH_RETRY.retry_on, *BUS_GONE)
 
 
 class NatsBus:
@@ -182,7 +186,7 @@ class NatsBus:
             headers[CONTRACT_HEADER] = contract
         try:
             await with_retry(PUBLISH_RETRY, lambda: self.js.publish(subject, data, headers=headers))
-        except PUBLISH_RETRY.retry_on as exc:
+        except PUBLISH_FAILED as exc:
             raise RetryableError(f"publish to {subject} failed: {exc!r}") from exc
 
     async def consumer_pending(self, stream: str, durable: str) -> tuple[int, int] | None:
