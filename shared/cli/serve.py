@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from pathlib import Path
 
 import click
@@ -108,6 +109,13 @@ def serve_model(
         ) from exc
     cfg = load_settings()
     configure_logging(cfg.log.level, cfg.log.format)
+    keyed = bool(api_key) and api_key != UNSET_KEY
+    if not keyed and not _loopback(host):
+        raise click.UsageError(
+            f"refusing to serve on {host} without a key: whoever reaches that address could "
+            "chat with every tenant's adapters and change them. Set --api-key "
+            "(RETRACE_MODEL_API_KEY), or serve on 127.0.0.1."
+        )
     serve_cfg = ServeConfig(
         model=model,
         served_name=served_name,
@@ -117,7 +125,7 @@ def serve_model(
         batch_window_ms=batch_window_ms,
         kv_cache_mb=kv_cache_mb,
         threads=threads,
-        api_key=api_key if api_key and api_key != UNSET_KEY else None,
+        api_key=api_key if keyed else None,
         admin_key=admin_key or None,
         adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
         idle_timeout_s=idle_timeout,
@@ -127,3 +135,13 @@ def serve_model(
         asyncio.run(serve(serve_cfg))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: assume it is reachable from elsewhere
+        return False
