@@ -5,9 +5,9 @@ conversation's row, its trajectory with the whole history) joins a queue that on
 writes: each tenant's waiting turns (up to `batch` in all) in one transaction of a few
 batched statements, in order within a conversation, so the store keeps up with thousands
 of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
-until it takes it (at most `limit` turns wait; past that a new one is logged as lost); what
-it has not taken when the router stops goes to the spool on local disk (`spool.Spool`), and
-the next router to start writes it first;
+until it takes it (at most `limit` turns wait; past that a new one is logged as lost); while it
+refuses them they are also journaled on local disk, and what it has not taken when the
+router stops goes to the spool (`spool.Spool`); the next router to start writes both first;
 `flush` waits until what was answered so far is written (feedback on a conversation, a
 graceful shutdown, tests). The conversation a turn belongs to, branches included, was
 decided before its reply was sent (see `conversations.Recent`); the write checks it once
@@ -46,7 +46,7 @@ from shared.store.engine import STORE_ERRORS
 from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
 
 if TYPE_CHECKING:
-    from services.router.spool import Spool
+    from services.router.spool import Journal, Spool
 
 log = get_logger(__name__)
 
@@ -121,6 +121,10 @@ class Recorder:
         """Where turns still unwritten at `close` go, and where `start` takes them back."""
         self._claims: list[tuple[int, Path]] = []
         """Spool files taken at start, each with the number of its last turn."""
+        self._journal: Journal | None = None
+        """This process's journal of turns the store refused, while there is one."""
+        self._journaled = 0
+        """The number of the last turn in the journal."""
         self._queue: collections.deque[tuple[int, Answered]] = collections.deque()
         """Turns waiting, with their submission number, oldest first."""
         self._submitted = 0
@@ -159,6 +163,29 @@ class Recorder:
             _, path = self._claims.pop(0)
             path.unlink(missing_ok=True)
 
+    async def _keep_on_disk(self) -> None:
+        """Put the turns waiting that are not in the journal yet into it (the store refused
+        a batch: they may wait long, and a router that dies meanwhile must not lose them)."""
+        if self.spool is None or not self._queue or self._queue[-1][0] <= self._journaled:
+            return
+        fresh = [a for n, a in self._queue if n > self._journaled]
+        try:
+            if self._journal is None:
+                self._journal = await asyncio.to_thread(self.spool.journal)
+            await asyncio.to_thread(self._journal.append, fresh)
+        except OSError as exc:
+            log.error(
+                "turns waiting for the store not journaled", count=len(fresh), error=repr(exc)
+            )
+            return
+        self._journaled = self._queue[-1][0]
+
+    def _forget_journal(self) -> None:
+        """Delete the journal once every turn in it is written."""
+        if self._journal is not None and self._settled(self._journaled):
+            self._journal.delete()
+            self._journal = None
+
     def _settled(self, through: int) -> bool:
         return not self._queue or self._queue[0][0] > through
 
@@ -180,6 +207,7 @@ class Recorder:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self._release()
+        self._forget_journal()
         if self._queue and self.spool is not None:
             try:
                 path = await asyncio.to_thread(self.spool.put, [a for _, a in self._queue])
@@ -196,10 +224,13 @@ class Recorder:
                     file=str(path),
                 )
                 self._queue.clear()
-            # what they held is written or in the new file
-            for _, claimed in self._claims:
-                claimed.unlink(missing_ok=True)
-            self._claims.clear()
+            if not self._queue:  # what they held is written or in the new file
+                for _, claimed in self._claims:
+                    claimed.unlink(missing_ok=True)
+                self._claims.clear()
+                if self._journal is not None:
+                    self._journal.delete()
+                    self._journal = None
         if self._queue:
             log.error("production trajectories lost at shutdown", count=len(self._queue))
 
@@ -230,7 +261,9 @@ class Recorder:
                 async with self._progress:
                     self._progress.notify_all()
                 self._release()
+                self._forget_journal()
                 if failure is not None:
+                    await self._keep_on_disk()
                     log.warning(
                         "production turns not recorded yet; retried",
                         turns=len(left),

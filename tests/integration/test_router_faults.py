@@ -429,3 +429,30 @@ async def test_sigterm_while_the_store_is_down_keeps_the_answered_turns(site: Si
     await _all_recorded(site, tally)
     assert answered_without_store > 0, tally  # there was something to keep
     assert not list((site.root / "data" / "spool").glob("*.jsonl")), "the spool was not emptied"
+
+
+async def test_a_router_killed_while_the_store_is_down_leaves_its_turns_to_the_next(
+    site: Site,
+) -> None:
+    """Turns the store refused are journaled at the recorder's next retry: a router killed
+    (no shutdown of its own) after that leaves them on disk, and the next router records
+    them. What a router answered after its last retry and before it died is lost with it."""
+    site.upstream.delay = 1.0
+    proc, url = site.start_router()
+    await _ready(proc, url, site)
+    async with _load(url, site.key) as tally:
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(stop_postgres, site.root)
+        stopped_at = tally.answered
+        await asyncio.sleep(2)
+    await asyncio.sleep(6)  # the recorder retries at 3.5 and 7.5 s into the outage
+    proc.kill()
+    await asyncio.to_thread(proc.wait, 30)
+    assert tally.answered > stopped_at, tally
+    spool = site.root / "data" / "spool" / "router"
+    assert list(spool.glob("*.claimed")), "nothing journaled"
+    await asyncio.to_thread(ensure_postgres, site.root)
+    again, url = site.start_router()
+    await _ready(again, url, site)
+    await _all_recorded(site, tally)
+    assert not list(spool.iterdir()), "the journal was not emptied"

@@ -54,3 +54,17 @@ def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path:
 
 def test_no_directory_is_no_turns(tmp_path: Path) -> None:
     assert Spool(tmp_path / "absent").claim() == []
+
+
+def test_a_journal_is_nobody_else_s_while_its_router_lives(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    journal = spool.journal()
+    journal.append([_turn("one", True)])
+    journal.append([_turn("two", False)])
+    assert spool.claim() == []  # this process's own, alive
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = journal.path.with_name(journal.path.name.replace(str(os.getpid()), str(gone.pid)))
+    journal.path.rename(dead)
+    [(_, back)] = spool.claim()
+    assert [t.messages[0]["content"] for t in back] == ["one", "two"]
