@@ -36,7 +36,7 @@ from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
 from shared.llm.errors_http import json_errors, openai_error
-from shared.llm.openai_types import ChatRequest
+from shared.llm.openai_types import ChatRequest, ErrorBody, ErrorResponse
 from shared.logging import get_logger
 from shared.routing.modes import (
     BaseOnly,
@@ -335,13 +335,10 @@ class RouterApp:
                     if row is not None:
                         known = self.recent.remember(_known(row))
         if known is None and named is not None:
-            return error(
-                404,
-                f"no conversation {named} of agent {req.model!r} for this tenant: send "
-                f"{CONVERSATION_HEADER} only with an id a reply gave you (without it, the "
-                "request opens a conversation)",
-                "not_found_error",
-            )
+            # not in this process's memory nor (yet) in the store: another router process
+            # may have answered it and not written it yet, or it was lost; a new
+            # conversation, whose id the reply's header gives
+            log.info("named conversation not found; a new one opened", named=str(named))
         if known is None:
             decision = await self._route(agent, tenant, first_user_text(messages))
             opening = Opening(
@@ -356,11 +353,17 @@ class RouterApp:
         else:
             turn = Turn(tenant, known, known.tip, known.turns)
             target, artifact = await self._served_by(tenant, agent, known.adapter_id)
-        if turn.found_turns == 0:
-            try:  # an endpoint that restarted has forgotten its adapters: load it again
-                await self.served.ensure(target, artifact)
-            except (PermanentError, LLMError, aiohttp.ClientError, TimeoutError) as exc:
-                return error(502, f"cannot serve {target!r}: {exc}", "upstream_error")
+        try:  # an endpoint that restarted has forgotten its adapters: load it again (its
+            # list of models is kept 10 s, so this costs a continued turn nothing)
+            await self.served.ensure(target, artifact)
+        except (PermanentError, LLMError, aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("target not served", target=target, error=repr(exc))
+            return error(
+                502,
+                f"the inference endpoint cannot serve {target!r}; try again",
+                "upstream_error",
+                {ADAPTER_HEADER: target},
+            )
         if self.route_seconds is not None:
             self.route_seconds.observe(time.perf_counter() - started)
         body["model"] = target
@@ -539,9 +542,26 @@ class RouterApp:
                 }
             )
             await out.prepare(request)
-            async for line in upstream.content:
-                await out.write(line)
-                _accumulate(line, content, calls)
+            try:
+                async for line in upstream.content:
+                    await out.write(line)
+                    _accumulate(line, content, calls)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                # the endpoint broke off (or timed out) mid-reply: the status went out with
+                # the first chunk, so the stream ends with an error event, OpenAI's way; a
+                # turn without its whole reply is not recorded
+                self._count(headers, "upstream_error")
+                log.warning("inference endpoint broke off a stream", error=repr(exc))
+                failed = ErrorResponse(
+                    error=ErrorBody(
+                        message="the inference endpoint broke off the reply; try again",
+                        type="upstream_error",
+                        code=502,
+                    )
+                )
+                await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
+                await out.write_eof()
+                return out
         reply = {
             "role": "assistant",
             "content": "".join(content) or None,
@@ -566,7 +586,10 @@ class RouterApp:
             "inference endpoint unreachable", target=headers[ADAPTER_HEADER], error=repr(exc)
         )
         return error(
-            502, "the inference endpoint is unreachable; try again", "upstream_error", headers
+            502,
+            "the inference endpoint is unreachable; try again",
+            "upstream_error",
+            _on_error(headers),
         )
 
     def _count(self, headers: dict[str, str], outcome: str) -> None:
@@ -667,10 +690,17 @@ class RouterApp:
         return web.json_response({"conversation_id": str(fb.conversation_id), "recorded": True})
 
 
+def _on_error(headers: dict[str, str]) -> dict[str, str]:
+    """The headers of a request's error reply: the target it was for, no conversation (the
+    turn was not answered, so none was opened or moved on)."""
+    return {k: v for k, v in headers.items() if k == ADAPTER_HEADER}
+
+
 def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> web.Response:
-    """The endpoint's answer other than 200, in the OpenAI error shape whatever it sent: its
-    4xx passed on with its message (the request's own fault: too long, a bad parameter), its
-    5xx a 502 whose details stay in the log (they are the endpoint's, not the caller's)."""
+    """The endpoint's answer other than 200, in the OpenAI error shape whatever it sent: a
+    4xx of the request's own (too long, a bad parameter) passed on with its message; the
+    endpoint refusing the router's own key (401, 403) or failing (5xx) a 502 whose details
+    stay in the log; the endpoint too busy (429) a 503 with Retry-After."""
     try:
         found = msgspec.json.decode(payload)["error"]
         message = str(found["message"] if isinstance(found, dict) else found)
@@ -678,16 +708,21 @@ def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> w
     except (msgspec.DecodeError, KeyError, TypeError, IndexError):
         message = payload.decode(errors="replace").strip()
         kind = None
-    if status >= 500 or status < 400:
+    if status == 429:
+        return error(503, "the inference endpoint is busy; try again", headers=_on_error(headers))
+    if status >= 500 or status < 400 or status in (401, 403):
         log.warning("inference endpoint failed", status=status, error=message[:2000])
         return error(
-            502, f"the inference endpoint failed (HTTP {status})", "upstream_error", headers
+            502,
+            f"the inference endpoint failed (HTTP {status})",
+            "upstream_error",
+            _on_error(headers),
         )
     return error(
         status,
         message[:2000] or f"the inference endpoint refused the request (HTTP {status})",
         kind if isinstance(kind, str) else None,
-        headers,
+        _on_error(headers),
     )
 
 
@@ -728,8 +763,8 @@ def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]
 def _conversation_named(request: web.Request) -> uuid.UUID | web.Response | None:
     """The conversation the request names in its header (None without one); a 400 for an
     id that is not one."""
-    given = request.headers.get(CONVERSATION_HEADER)
-    if given is None:
+    given = request.headers.get(CONVERSATION_HEADER, "").strip()
+    if not given:
         return None
     try:
         return uuid.UUID(given)

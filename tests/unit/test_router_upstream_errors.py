@@ -16,10 +16,17 @@ from services.router.handlers import _upstream_refusal
 def test_whatever_the_endpoint_sends_the_caller_gets_the_openai_shape(
     status: int, payload: bytes
 ) -> None:
-    resp = _upstream_refusal(status, payload, {"X-Retrace-Adapter": "a"})
+    headers = {"X-Retrace-Adapter": "a", "X-Retrace-Conversation": "c"}
+    resp = _upstream_refusal(status, payload, headers)
     assert resp.content_type == "application/json"
-    assert resp.status == (status if 400 <= status < 500 else 502)
+    if status == 429:  # the endpoint busy: try again
+        assert resp.status == 503 and int(resp.headers["Retry-After"]) >= 1
+    elif 400 <= status < 500 and status not in (401, 403):  # the request's own fault
+        assert resp.status == status
+    else:  # the endpoint failing, or refusing the router's own key: not the caller's to fix
+        assert resp.status == 502
     assert resp.headers["X-Retrace-Adapter"] == "a"
+    assert "X-Retrace-Conversation" not in resp.headers  # nothing was answered
     assert resp.body is not None
     error = json.loads(bytes(resp.body))["error"]  # type: ignore[arg-type]
     assert error["code"] == resp.status and error["message"] and error["type"]
