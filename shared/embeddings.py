@@ -90,12 +90,16 @@ class MiniLM:
         return [found[t] for t in texts]
 
 
+_EXPORTING = threading.Lock()
+"""Held while an ONNX graph is written (two embedders of one process share the files)."""
+
+
 class OnnxMiniLM:
     """all-MiniLM-L6-v2 run by ONNX Runtime: the model's own vectors (cosine 1.0000 to
     `MiniLM`'s), without PyTorch's cost per operator, which is most of the time a short text
     takes (docs/benchmarks.md). Its tokenizer is the packaged `tokenizer.json` (the Rust
     `tokenizers`), the graph (encoder, mean pooling over the mask, unit length) is exported
-    from the packaged model on first use (about 15 s, PyTorch needed then only) and kept
+    from the packaged model on first use (about 7 s, PyTorch needed then only) and kept
     under `cache_dir`; it runs on `threads` cores (one: an event loop has the other)."""
 
     def __init__(
@@ -128,13 +132,14 @@ class OnnxMiniLM:
                 from tokenizers import Tokenizer
 
                 path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.onnx"
-                if not path.exists():
-                    self.cache_dir.mkdir(parents=True, exist_ok=True)
-                    partial = path.with_suffix(f".{os.getpid()}.partial.onnx")
-                    _export_onnx(MiniLM()._load(), partial)
-                    partial.replace(path)  # whole or absent, for a process beside this one
-                if self.int8:
-                    path = _quantized(path)
+                with _EXPORTING:  # one writer per file in this process (fp32 and int8 alike)
+                    if not path.exists():
+                        self.cache_dir.mkdir(parents=True, exist_ok=True)
+                        partial = path.with_suffix(f".{os.getpid()}.partial.onnx")
+                        _export_onnx(MiniLM()._load(), partial)
+                        partial.replace(path)  # whole or absent, for a process beside this
+                    if self.int8:
+                        path = _quantized(path)
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1

@@ -23,8 +23,8 @@ ROUTES = (
     Route("post", "/v1/chat/completions", "Chat with an agent (`model` is the agent's name); "
           "the router picks its adapter, or the base model, per conversation. The answer "
           "carries X-Retrace-Conversation and X-Retrace-Adapter headers; send "
-          "X-Retrace-Conversation back to continue that conversation (404 for an id the "
-          "agent has no conversation of).", ChatRequest,
+          "X-Retrace-Conversation back to continue that conversation (400 for an id that is "
+          "not a UUID; one the router does not know opens a new conversation).", ChatRequest,
           ChatResponse),
     Route("post", "/v1/feedback", "Reward or success for a conversation (by its "
           "X-Retrace-Conversation id)", Feedback, FeedbackRecorded),

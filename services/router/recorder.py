@@ -23,7 +23,6 @@ import contextlib
 import itertools
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,14 +38,14 @@ from sqlalchemy.exc import (
     InvalidRequestError,
 )
 
-from services.router.conversations import Known
+from services.router.conversations import Known, tip
 from shared.logging import get_logger
 from shared.store import Store
 from shared.store.engine import STORE_ERRORS
 from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
 
 if TYPE_CHECKING:
-    from services.router.spool import Journal, Spool
+    from services.router.spool import Held, Journal, Spool
 
 log = get_logger(__name__)
 
@@ -119,12 +118,16 @@ class Recorder:
         self.batch = batch
         self.spool = spool
         """Where turns still unwritten at `close` go, and where `start` takes them back."""
-        self._claims: list[tuple[int, Path]] = []
+        self._claims: list[tuple[int, Held]] = []
         """Spool files taken at start, each with the number of its last turn."""
+        self._replayed = 0
+        """Turns taken back from the spool at start (`limit` counts only new ones)."""
         self._journal: Journal | None = None
         """This process's journal of turns the store refused, while there is one."""
         self._journaled = 0
         """The number of the last turn in the journal."""
+        self._failing = False
+        """Whether the last write failed (the store is refusing turns)."""
         self._queue: collections.deque[tuple[int, Answered]] = collections.deque()
         """Turns waiting, with their submission number, oldest first."""
         self._submitted = 0
@@ -134,16 +137,17 @@ class Recorder:
 
     def start(self) -> None:
         """Start writing; first the turns a stopped router left in the spool."""
-        for path, turns in self.spool.claim() if self.spool is not None else []:
+        for held, turns in self.spool.claim() if self.spool is not None else []:
             for answered in turns:
                 self._enqueue(answered)
-            self._claims.append((self._submitted, path))
-            log.info("spooled turns taken back", turns=len(turns), file=str(path))
+            self._replayed += len(turns)
+            self._claims.append((self._submitted, held))
+            log.info("spooled turns taken back", turns=len(turns), file=str(held.path))
         self._task = asyncio.create_task(self._run(), name="router-recorder")
 
     def submit(self, answered: Answered) -> None:
         """Queue a turn to be written (never blocks; over `limit` waiting, it is lost)."""
-        if len(self._queue) >= self.limit:
+        if len(self._queue) >= self.limit + self._replayed:
             log.error(
                 "production trajectory lost: too many turns wait for the store",
                 conversation=str(answered.turn.conversation_id),
@@ -160,8 +164,8 @@ class Recorder:
     def _release(self) -> None:
         """Delete the spool files whose turns are all written."""
         while self._claims and self._settled(self._claims[0][0]):
-            _, path = self._claims.pop(0)
-            path.unlink(missing_ok=True)
+            _, held = self._claims.pop(0)
+            held.delete()
 
     async def _keep_on_disk(self) -> None:
         """Put the turns waiting that are not in the journal yet into it (the store refused
@@ -197,10 +201,11 @@ class Recorder:
             await self._progress.wait_for(lambda: self._settled(target))
 
     async def close(self, grace: float) -> None:
-        """Write what waits (for up to `grace` s), then stop; what is left is logged as lost."""
+        """Write what waits (for up to `grace` s, none while the store refuses it), then
+        stop; what is left goes to the spool (logged as lost where there is none)."""
         if self._task is None:
             return
-        if self._queue:
+        if self._queue and not self._failing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
                     await self.flush()
@@ -224,13 +229,18 @@ class Recorder:
                     file=str(path),
                 )
                 self._queue.clear()
-            if not self._queue:  # what they held is written or in the new file
-                for _, claimed in self._claims:
-                    claimed.unlink(missing_ok=True)
-                self._claims.clear()
-                if self._journal is not None:
-                    self._journal.delete()
-                    self._journal = None
+        # what the files held is written or in the new spool file; else they stay on disk
+        # for the next router
+        files: list[Held] = [held for _, held in self._claims]
+        if self._journal is not None:
+            files.append(self._journal)
+        for held in files:
+            if self._queue:
+                held.release()
+            else:
+                held.delete()
+        self._claims.clear()
+        self._journal = None
         if self._queue:
             log.error("production trajectories lost at shutdown", count=len(self._queue))
 
@@ -262,6 +272,7 @@ class Recorder:
                     self._progress.notify_all()
                 self._release()
                 self._forget_journal()
+                self._failing = failure is not None
                 if failure is not None:
                     await self._keep_on_disk()
                     log.warning(
@@ -527,6 +538,8 @@ async def keep(session: Any, answered: Answered) -> None:
     if conversation.tip == answered.tip:
         return  # written before: a retry of a write whose commit was not heard of
     if conversation.tip != turn.found_tip:
+        if await _holds(session, conversation, answered):
+            return  # written before, and the conversation went on since (a spool replayed)
         conversation = Conversation(
             agent_id=conversation.agent_id,
             adapter_id=conversation.adapter_id,
@@ -563,6 +576,20 @@ async def keep(session: Any, answered: Answered) -> None:
         trajectory.latency_ms += answered.latency_ms
     conversation.tip = answered.tip
     conversation.turns += 1
+
+
+async def _holds(session: Any, conversation: Conversation, answered: Answered) -> bool:
+    """Whether the conversation's trajectory already holds this turn's whole history (the
+    turn was written, and later turns of it since)."""
+    if conversation.trajectory_id is None:
+        return False
+    stored = await session.get(Trajectory, conversation.trajectory_id)
+    n = len(answered.messages)
+    return (
+        stored is not None
+        and len(stored.messages) >= n
+        and tip(stored.messages[:n]) == answered.tip
+    )
 
 
 async def _moved_on(session: Any, answered: Answered) -> bool:

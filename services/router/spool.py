@@ -3,31 +3,65 @@
 A router stopping with turns still unwritten (the store down past its shutdown grace) puts
 them in `<dir>/<uuid>.jsonl`, one turn a line, written whole or not at all. While the store
 refuses turns, the router also appends them to a journal of its own as it finds them
-unwritable (`Journal`), so a router that dies then (killed, out of memory) leaves them behind
-too; the journal goes once they are written. A router
-starting claims every spool file by renaming it to its own name (so two processes never take
-the same one; a claim whose process died is taken again), queues its turns before any new
-one, and deletes the file once they are written. A turn written twice (a process that died
-between the commit and the delete) is recognised by the store: a new conversation by its
-trajectory's id, a continued one by its tip (`recorder.keep`).
+unwritable (`<uuid>.journal`), so a router that dies then (killed, out of memory) leaves them
+behind too; the journal goes once they are written.
+
+Whose a file is, is an exclusive `flock` on it: a journal's router holds one from the
+start, and a router starting takes every file it can lock (a spool file, or the journal of
+a router that died: the kernel lets go of a dead process's locks), queues its turns before
+any new one, and deletes the file once they are written. Locks, not process ids, so routers
+in containers (the same pid every start) or beside each other on one volume never take a
+file that is someone's. A turn written twice (a process that died between the commit and
+the delete) is recognised by the store: a new conversation by its trajectory's id, a
+continued one by its history (`recorder.keep`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
 from services.router.recorder import Answered
-from shared.embedded import pid_alive
 from shared.logging import get_logger
 
 log = get_logger(__name__)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Answered)
+KINDS = (".jsonl", ".journal")
+
+
+class Held:
+    """A spool file this process holds (its lock kept until `delete` or `release`)."""
+
+    def __init__(self, path: Path, handle: IO[bytes]) -> None:
+        self.path = path
+        self._handle = handle
+
+    def delete(self) -> None:
+        """Its turns are written: remove it, then let go of it."""
+        self.path.unlink(missing_ok=True)
+        self._handle.close()
+
+    def release(self) -> None:
+        """Let go of it, left on disk for the next router."""
+        self._handle.close()
+
+
+class Journal(Held):
+    """Turns appended as they are found unwritable, each batch on disk (fsync) before the
+    next retry."""
+
+    def append(self, turns: list[Answered]) -> None:
+        for answered in turns:
+            self._handle.write(_encoder.encode(answered) + b"\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
 
 
 class Spool:
@@ -48,67 +82,59 @@ class Spool:
         return path
 
     def journal(self) -> Journal:
-        """A file of this process's own, for turns the store refuses while it is down: it
-        is a claim from the start (no live router takes it), and one a process left behind
-        when it died is taken by the next router to start, like any spool file."""
+        """A journal of this process's own, locked from the start."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        return Journal(self.directory / f"{uuid.uuid4()}.jsonl.{os.getpid()}.claimed")
+        path = self.directory / f"{uuid.uuid4()}.journal"
+        handle = path.open("ab")
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else has it
+        return Journal(path, handle)
 
-    def claim(self) -> list[tuple[Path, list[Answered]]]:
-        """Every spool file no live process holds, renamed to this process's claim, with its
-        turns. A line that does not decode is logged and skipped (the rest are kept)."""
+    def claim(self) -> list[tuple[Held, list[Answered]]]:
+        """Every spool file and journal nobody holds, now held by this process, with its
+        turns. A line that does not decode (a journal cut off mid-line) is logged and
+        skipped; the rest are kept."""
         if not self.directory.is_dir():
             return []
         claimed = []
         for path in sorted(self.directory.iterdir()):
-            if not self._free(path):
+            if path.suffix not in KINDS:
                 continue
-            own = self.directory / f"{path.name.split('.')[0]}.jsonl.{os.getpid()}.claimed"
-            try:
-                path.rename(own)
-            except FileNotFoundError:  # another process claimed it first
-                continue
-            claimed.append((own, self._read(own)))
+            held = _lock(path)
+            if held is not None:
+                claimed.append((held, _read(path)))
         return claimed
 
-    @staticmethod
-    def _free(path: Path) -> bool:
-        parts = path.name.split(".")
-        if parts[-1] == "jsonl":
-            return True
-        if parts[-1] == "claimed" and len(parts) == 4 and parts[2].isdigit():
-            return int(parts[2]) != os.getpid() and not pid_alive(int(parts[2]))
-        return False
 
-    @staticmethod
-    def _read(path: Path) -> list[Answered]:
-        turns = []
-        for number, line in enumerate(path.read_bytes().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                turns.append(_decoder.decode(line))
-            except msgspec.DecodeError as exc:
-                log.error(
-                    "spooled turn unreadable; skipped", file=str(path), line=number, error=str(exc)
-                )
-        return turns
+def _lock(path: Path) -> Held | None:
+    """`path` held by this process, or None: someone holds it, or it went meanwhile."""
+    try:
+        handle = path.open("rb+")
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    try:  # the one who held it before may have written it and deleted it meanwhile
+        same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        handle.close()
+        return None
+    return Held(path, handle)
 
 
-class Journal:
-    """Turns appended as they are found unwritable, each batch on disk (fsync) before the
-    next retry; deleted once every turn in it is written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file = path.open("ab")
-
-    def append(self, turns: list[Answered]) -> None:
-        for answered in turns:
-            self._file.write(_encoder.encode(answered) + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def delete(self) -> None:
-        self._file.close()
-        self.path.unlink(missing_ok=True)
+def _read(path: Path) -> list[Answered]:
+    turns = []
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            turns.append(_decoder.decode(line))
+        except msgspec.DecodeError as exc:
+            log.error(
+                "spooled turn unreadable; skipped", file=str(path), line=number, error=str(exc)
+            )
+    return turns

@@ -1,6 +1,10 @@
 """The control API while its NATS is really down (issue 14's fault cases; the other test of
 this kept NATS up and refused the publish in Python): starting a cycle is a 503 with
-Retry-After whose row waits, and the same request once NATS is back publishes it once."""
+Retry-After whose row waits, and the same request once NATS is back publishes it once.
+
+The code before this test already gave the 503 here (the publish times out while the client
+reconnects). What it found, with NATS down past the reconnection attempts (a 500: the
+connection closed for good), is pinned by `tests/unit/test_bus_publish_errors.py`."""
 
 from __future__ import annotations
 

@@ -233,3 +233,21 @@ async def test_flush_waits_for_the_batch_being_written(
         await recorder.flush()
     assert set(await _conversations(store, "acme")) == {turn.turn.conversation_id}
     await recorder.close(1.0)
+
+
+async def test_a_replayed_turn_its_conversation_went_past_is_not_a_branch(store: Store) -> None:
+    """A spool replayed after a router died between the commit and the delete: its earlier
+    turns are already in the store, and their conversation has moved on. They must not come
+    back as branches (duplicate trajectories, training data counted twice)."""
+    agent = await _agent(store, "acme")
+    turns = _turns("acme", agent, "hello", 3)
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", turns)
+    for replayed in ([turns[1]], [turns[0], turns[1]], turns):
+        async with store.tenant("acme") as session:
+            await write_batch(session, "acme", replayed)
+    rows = await _conversations(store, "acme")
+    assert len(rows) == 1
+    [row] = rows.values()
+    assert row.turns == 3 and row.tip == turns[-1].tip
+    assert (await _trajectory(store, "acme", row)).messages == turns[-1].messages

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,11 @@ async def test_adapters_load_only_from_the_store_and_only_with_the_admin_key(
     adapters; loads come only from the adapter directories, and a path outside them gets
     the same answer whether it exists or not; health names no adapter."""
     open_server, engine = loaded
+    store = tmp_path / "store"
+    shutil.copytree(random_adapter, store / "rand")
+    outside = tmp_path / "outside"
+    shutil.copytree(random_adapter, outside)  # a real adapter, outside the store
+    (store / "escape").symlink_to(outside, target_is_directory=True)  # inside by name only
     keyed = ModelServer(
         engine,
         open_server.prompts,  # type: ignore[attr-defined]
@@ -375,33 +381,38 @@ async def test_adapters_load_only_from_the_store_and_only_with_the_admin_key(
         open_server.max_context,  # type: ignore[attr-defined]
         api_key="service-key",
         admin_key="admin-key",
-        adapter_dirs=[random_adapter.parent],
+        adapter_dirs=[store],
     )
     service = {"Authorization": "Bearer service-key"}
     admin = {"Authorization": "Bearer admin-key"}
-    escape = random_adapter.parent / "escape"
-    escape.symlink_to(tmp_path, target_is_directory=True)  # inside by name, outside in fact
+    before = len(engine.adapters)
     async with TestClient(TestServer(keyed.app())) as c:
-        load = {"lora_name": "rand", "lora_path": str(random_adapter)}
+        load = {"lora_name": "store-rand", "lora_path": str(store / "rand")}
         for headers, status in (({}, 401), (service, 403)):
             resp = await c.post("/v1/load_lora_adapter", json=load, headers=headers)
             assert resp.status == status and (await resp.json())["error"]["code"] == status
         refusals = set()
-        for outside in ("/etc", "/no/such/dir", str(tmp_path), str(escape), "relative/dir"):
+        for path in ("/etc", "/no/such/dir", str(outside), str(store / "escape"), "rand"):
             resp = await c.post(
-                "/v1/load_lora_adapter", json={**load, "lora_path": outside}, headers=admin
+                "/v1/load_lora_adapter", json={**load, "lora_path": path}, headers=admin
             )
-            assert resp.status == 403, (outside, await resp.text())
+            assert resp.status == 403, (path, await resp.text())
             refusals.add((await resp.json())["error"]["message"])
         assert len(refusals) == 1  # one answer, whatever is or is not there
         resp = await c.post("/v1/load_lora_adapter", json=load, headers=admin)
         assert resp.status == 200, await resp.text()
-        health = await (await c.get("/healthz")).json()
-        assert health["adapters"] == 1 and "rand" not in json.dumps(health)
-        assert (await c.post("/v1/chat/completions", json=chat("Hi."), headers=admin)).status == 401
-        unload = {"lora_name": "rand"}
-        assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=service)).status == 403
-        assert (await c.post("/v1/unload_lora_adapter", json=unload, headers=admin)).status == 200
+        try:
+            health = await (await c.get("/healthz")).json()
+            assert health["adapters"] == before + 1 and "store-rand" not in json.dumps(health)
+            chat_as_admin = await c.post("/v1/chat/completions", json=chat("Hi."), headers=admin)
+            assert chat_as_admin.status == 401
+            unload = {"lora_name": "store-rand"}
+            refused = await c.post("/v1/unload_lora_adapter", json=unload, headers=service)
+            assert refused.status == 403
+        finally:
+            unload = {"lora_name": "store-rand"}
+            done = await c.post("/v1/unload_lora_adapter", json=unload, headers=admin)
+        assert done.status == 200 and len(engine.adapters) == before
 
 
 async def test_response_format_is_followed_or_refused(client: TestClient) -> None:

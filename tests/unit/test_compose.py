@@ -512,3 +512,7 @@ def test_the_router_s_metrics_need_a_key_and_its_spool_is_on_a_volume(
     assert env.get("RETRACE_HTTP_METRICS_KEY"), env
     spool = env.get("RETRACE_ROUTER_SPOOL_DIR")
     assert spool in _volume_mounts(router)  # keyed by target
+    # the requests in flight, then the store's wait, both before Docker's SIGKILL
+    grace = float(env.get("RETRACE_CONSUMER_SHUTDOWN_GRACE") or 30)
+    stop = router.get("stop_grace_period", "10s")
+    assert 2 * grace < float(str(stop).removesuffix("s")), (grace, stop)

@@ -1,10 +1,11 @@
-"""The router's spool: turns the store did not take before a stop, on local disk until a
-router starts again."""
+"""The router's spool: turns the store did not take, on local disk until a router (this one,
+or the next) writes them. Whose a file is, is a lock on it, not a process id (the same pid
+every container start)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -24,23 +25,39 @@ def _turn(text: str, opening: bool) -> Answered:
     return Answered(Turn("acme", known, "", 0, opening=first), "m", messages, tip(messages), 3, 1.5)
 
 
-def test_turns_come_back_as_they_went_and_only_once(tmp_path: Path) -> None:
+def test_turns_come_back_as_they_went_and_to_one_holder_at_a_time(tmp_path: Path) -> None:
     turns = [_turn("hello", True), _turn("again \u00e9\u4e2d", False)]
-    Spool(tmp_path).put(turns)
-    [(claimed, back)] = Spool(tmp_path).claim()
+    path = Spool(tmp_path).put(turns)
+    [(held, back)] = Spool(tmp_path).claim()
     assert back == turns  # every field, the opening's trajectory id included
-    assert claimed.exists() and str(os.getpid()) in claimed.name
-    assert Spool(tmp_path).claim() == []  # this process holds it: nobody takes it again
+    assert Spool(tmp_path).claim() == []  # held: nobody takes it again, this process neither
+    held.release()  # left for the next router
+    [(again, _)] = Spool(tmp_path).claim()
+    again.delete()
+    assert not path.exists() and Spool(tmp_path).claim() == []
 
 
-def test_a_claim_whose_process_died_is_taken_again(tmp_path: Path) -> None:
-    Spool(tmp_path).put([_turn("hello", True)])
-    gone = subprocess.Popen(["true"])  # a pid that no longer runs
-    gone.wait()
-    [path] = list(tmp_path.iterdir())
-    path.rename(tmp_path / f"{path.name}.{gone.pid}.claimed")
-    [(_, back)] = Spool(tmp_path).claim()
-    assert [t.messages[0]["content"] for t in back] == ["hello"]
+def test_a_journal_is_its_router_s_until_it_dies(tmp_path: Path) -> None:
+    spool = Spool(tmp_path)
+    journal = spool.journal()
+    journal.append([_turn("one", True)])
+    journal.append([_turn("two", False)])
+    assert spool.claim() == []  # its router lives
+    script = (
+        "import os, signal, sys; from pathlib import Path; "
+        "from services.router.spool import Spool; "
+        "from tests.unit.test_router_spool import _turn; "
+        "j = Spool(Path(sys.argv[1])).journal(); j.append([_turn('three', True)]); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    died = subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=False)
+    assert died.returncode == -9
+    [(held, back)] = spool.claim()  # the dead router's, not the live one's
+    assert [t.messages[0]["content"] for t in back] == ["three"]
+    journal.release()  # this router stops with its journal unwritten
+    [(_, mine)] = spool.claim()
+    assert [t.messages[0]["content"] for t in mine] == ["one", "two"]
+    held.delete()
 
 
 def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path: Path) -> None:
@@ -54,17 +71,3 @@ def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path:
 
 def test_no_directory_is_no_turns(tmp_path: Path) -> None:
     assert Spool(tmp_path / "absent").claim() == []
-
-
-def test_a_journal_is_nobody_else_s_while_its_router_lives(tmp_path: Path) -> None:
-    spool = Spool(tmp_path)
-    journal = spool.journal()
-    journal.append([_turn("one", True)])
-    journal.append([_turn("two", False)])
-    assert spool.claim() == []  # this process's own, alive
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    dead = journal.path.with_name(journal.path.name.replace(str(os.getpid()), str(gone.pid)))
-    journal.path.rename(dead)
-    [(_, back)] = spool.claim()
-    assert [t.messages[0]["content"] for t in back] == ["one", "two"]
