@@ -173,6 +173,7 @@ class Recorder:
         if self.spool is None or not self._queue or self._queue[-1][0] <= self._journaled:
             return
         fresh = [a for n, a in self._queue if n > self._journaled]
+        last = self._queue[-1][0]  # before the awaits: turns answered meanwhile are not in it
         try:
             if self._journal is None:
                 self._journal = await asyncio.to_thread(self.spool.journal)
@@ -182,7 +183,7 @@ class Recorder:
                 "turns waiting for the store not journaled", count=len(fresh), error=repr(exc)
             )
             return
-        self._journaled = self._queue[-1][0]
+        self._journaled = last
 
     def _forget_journal(self) -> None:
         """Delete the journal once every turn in it is written."""

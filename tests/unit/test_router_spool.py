@@ -4,13 +4,17 @@ every container start)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
+import pytest
+
 from services.router.conversations import Known, tip
-from services.router.recorder import Answered, Opening, Turn
+from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
 
 
@@ -71,3 +75,43 @@ def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path:
 
 def test_no_directory_is_no_turns(tmp_path: Path) -> None:
     assert Spool(tmp_path / "absent").claim() == []
+
+
+def _journaled(directory: Path) -> int:
+    [journal] = list(directory.glob("*.journal"))
+    return len([line for line in journal.read_bytes().splitlines() if line])
+
+
+class _DownStore:
+    """A store whose every session fails as a stopped Postgres's does."""
+
+    def tenant(self, _: str) -> object:
+        raise ConnectionRefusedError("the store is down")
+
+
+async def test_turns_answered_while_the_journal_is_written_are_journaled_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full suite caught it: the journal's high-water mark was read after its write, so
+    turns answered during the write were counted as journaled and lost with a killed router."""
+    from services.router import spool as spool_module
+
+    gate = threading.Event()
+    real = spool_module.Journal.append
+
+    def slow(self: spool_module.Journal, turns: list[Answered]) -> None:
+        gate.wait(10)
+        real(self, turns)
+
+    monkeypatch.setattr(spool_module.Journal, "append", slow)
+    recorder = Recorder(_DownStore(), limit=100, spool=Spool(tmp_path))  # type: ignore[arg-type]
+    recorder.start()
+    recorder.submit(_turn("first", True))
+    await asyncio.sleep(0.2)  # the write failed; the journal's append waits at the gate
+    for n in range(5):
+        recorder.submit(_turn(f"during {n}", True))
+    gate.set()
+    await asyncio.sleep(1.5)  # the next retry (0.5 s later) journals what came meanwhile
+    assert await asyncio.to_thread(_journaled, tmp_path) == 6
+    assert recorder._task is not None
+    recorder._task.cancel()
