@@ -60,43 +60,15 @@ class Variant(MiniLM):
         return model
 
 
-class OnnxVariant(OnnxMiniLM):
-    """The model through ONNX Runtime (`shared.embeddings.OnnxMiniLM`), on `threads` cores,
-    its graph's weights dynamically quantised to int8 (ONNX Runtime's) with `int8`."""
-
-    def __init__(self, threads: int = 1, int8: bool = False) -> None:
-        super().__init__(threads=threads)
-        self.int8 = int8
-
-    def _load(self) -> tuple[Any, Any]:
-        session, tokenizer = super()._load()
-        if self.int8 and not getattr(self, "_quantized", False):
-            import onnxruntime
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            path = Path(session._model_path)
-            small = path.with_suffix(".int8.onnx")
-            if not small.exists():
-                quantize_dynamic(str(path), str(small), weight_type=QuantType.QInt8)
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.inter_op_num_threads = 1
-            self._session = onnxruntime.InferenceSession(
-                str(small), options, providers=["CPUExecutionProvider"]
-            )
-            self._quantized = True
-        return self._session, tokenizer
-
-
-VARIANTS: dict[str, tuple[type[MiniLM] | type[OnnxVariant], dict[str, Any]]] = {
+VARIANTS: dict[str, tuple[type[MiniLM] | type[OnnxMiniLM], dict[str, Any]]] = {
     "int8": (Variant, {"int8": True}),
     "fp32 (as served)": (Variant, {}),
     "int8, again": (Variant, {"int8": True}),
     "layers 3": (Variant, {"layers": 3}),
     "layers 3, int8": (Variant, {"layers": 3, "int8": True}),
-    "ONNX Runtime, 1 thread": (OnnxVariant, {"threads": 1}),
-    "ONNX Runtime, 2 threads": (OnnxVariant, {"threads": 2}),
-    "ONNX Runtime int8, 1 thread": (OnnxVariant, {"threads": 1, "int8": True}),
+    "ONNX Runtime, 1 thread": (OnnxMiniLM, {"threads": 1}),
+    "ONNX Runtime, 2 threads": (OnnxMiniLM, {"threads": 2}),
+    "ONNX Runtime int8, 1 thread": (OnnxMiniLM, {"threads": 1, "int8": True}),
 }
 
 

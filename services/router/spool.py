@@ -58,10 +58,7 @@ class Journal(Held):
     next retry."""
 
     def append(self, turns: list[Answered]) -> None:
-        for answered in turns:
-            self._handle.write(_encoder.encode(answered) + b"\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        _write(self._handle, turns)
 
 
 class Spool:
@@ -74,10 +71,7 @@ class Spool:
         path = self.directory / f"{uuid.uuid4()}.jsonl"
         partial = path.with_suffix(".partial")
         with partial.open("wb") as fh:
-            for answered in turns:
-                fh.write(_encoder.encode(answered) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            _write(fh, turns)
         partial.replace(path)  # whole or absent
         return path
 
@@ -103,6 +97,14 @@ class Spool:
             if held is not None:
                 claimed.append((held, _read(path)))
         return claimed
+
+
+def _write(handle: IO[bytes], turns: list[Answered]) -> None:
+    """`turns` one a line, on disk (fsync) when this returns."""
+    for answered in turns:
+        handle.write(_encoder.encode(answered) + b"\n")
+    handle.flush()
+    os.fsync(handle.fileno())
 
 
 def _lock(path: Path) -> Held | None:

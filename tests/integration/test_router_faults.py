@@ -155,6 +155,11 @@ class Site:
         self.routers.append(proc)
         return proc, f"http://127.0.0.1:{port}"
 
+    @property
+    def spool(self) -> Path:
+        """The routers' spool (under their data directory)."""
+        return self.root / "data" / "spool" / "router"
+
     def without_user_content(self) -> None:
         """No router log line carries what the users wrote (issue 14: error logs held whole
         user messages); the routers log at info, where user content never goes."""
@@ -409,6 +414,15 @@ async def test_sigterm_under_load_finishes_what_is_in_flight(site: Site) -> None
     await _all_recorded(site, tally)
 
 
+async def _recorded_by_the_next_router(site: Site, tally: Tally) -> None:
+    """Postgres back, a router started: every answered turn stored, the spool emptied."""
+    await asyncio.to_thread(ensure_postgres, site.root)
+    again, url = site.start_router()
+    await _ready(again, url, site)
+    await _all_recorded(site, tally)
+    assert not list(site.spool.iterdir()), "the spool was not emptied"
+
+
 async def test_sigterm_while_the_store_is_down_keeps_the_answered_turns(site: Site) -> None:
     """Turns answered while Postgres is down wait in the router's memory; a router stopped
     then writes them to its spool, and the next router to start records them."""
@@ -422,16 +436,10 @@ async def test_sigterm_while_the_store_is_down_keeps_the_answered_turns(site: Si
         await asyncio.sleep(3)
         proc.send_signal(signal.SIGTERM)
         await asyncio.to_thread(proc.wait, 30)
-    answered_without_store = tally.answered - stopped_at
-    spool = site.root / "data" / "spool" / "router"
-    assert list(spool.glob("*.jsonl")), "nothing spooled"
-    assert not list(spool.glob("*.journal")), "the journal outlived its spooled turns"
-    await asyncio.to_thread(ensure_postgres, site.root)
-    again, url = site.start_router()
-    await _ready(again, url, site)
-    await _all_recorded(site, tally)
-    assert answered_without_store > 0, tally  # there was something to keep
-    assert not list(spool.iterdir()), "the spool was not emptied"
+    assert tally.answered > stopped_at, tally  # there was something to keep
+    assert list(site.spool.glob("*.jsonl")), "nothing spooled"
+    assert not list(site.spool.glob("*.journal")), "the journal outlived its spooled turns"
+    await _recorded_by_the_next_router(site, tally)
 
 
 async def test_a_router_killed_while_the_store_is_down_leaves_its_turns_to_the_next(
@@ -454,10 +462,5 @@ async def test_a_router_killed_while_the_store_is_down_leaves_its_turns_to_the_n
     proc.kill()
     await asyncio.to_thread(proc.wait, 30)
     assert tally.answered > stopped_at, tally
-    spool = site.root / "data" / "spool" / "router"
-    assert list(spool.glob("*.journal")), "nothing journaled"
-    await asyncio.to_thread(ensure_postgres, site.root)
-    again, url = site.start_router()
-    await _ready(again, url, site)
-    await _all_recorded(site, tally)
-    assert not list(spool.iterdir()), "the journal was not emptied"
+    assert list(site.spool.glob("*.journal")), "nothing journaled"
+    await _recorded_by_the_next_router(site, tally)
