@@ -8,7 +8,8 @@ The endpoint is an instant fake (it answers a fixed reply at once), so the diffe
 router's own cost. The router runs as its own processes (`python -m services.router`, one or
 `--routers` sharing the port), on real Postgres (the local server) and NATS, routing over two
 adapters whose profiles are a definition and six diagnosed requests each, by default with the
-`cascade` embedder (MiniLM's static vectors where they are sure, MiniLM itself elsewhere).
+router's embedder (`cascade-int8`: MiniLM's static vectors where they are sure, its int8
+graph elsewhere).
 Half the requests open a new conversation (routed: an alarm or a wake-up call for one adapter,
 a currency conversion for the other, the weather for neither; each worded afresh), half
 continue one (found in the router's memory, else by the conversation hash in the store).
@@ -207,7 +208,8 @@ async def _routers(
             while b"service started" not in (line := await proc.stderr.readline()):
                 if not line:
                     raise RuntimeError(f"a router did not start (exit {await proc.wait()})")
-        DRAINS.append(asyncio.create_task(_drain(proc)))  # later logs must not fill the pipe
+        # later logs must not fill the pipe
+        DRAINS.append(asyncio.create_task(_drain(proc, args.router_log)))
         procs.append(proc)
     return procs
 
@@ -215,10 +217,20 @@ async def _routers(
 DRAINS: list[asyncio.Task[None]] = []
 
 
-async def _drain(proc: asyncio.subprocess.Process) -> None:
+async def _drain(proc: asyncio.subprocess.Process, into: Path | None) -> None:
+    """Read a router's log to its end; its lines appended to `into` if given."""
     assert proc.stderr is not None
-    while await proc.stderr.readline():
-        pass
+    lines = []
+    while line := await proc.stderr.readline():
+        if into is not None:
+            lines.append(line)
+    if into is not None:
+        await asyncio.to_thread(_append, into, b"".join(lines))
+
+
+def _append(path: Path, data: bytes) -> None:
+    with path.open("ab") as out:
+        out.write(data)
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
@@ -263,10 +275,13 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                     f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args
                 ),
             }
+            answered = args.requests + args.streams + int(sustained["router"]["requests"])
+            backlog = await _backlog(store, answered)
         finally:
             for proc in routers:  # a router writes every answered turn before it stops
                 proc.send_signal(signal.SIGTERM)
             codes = [await proc.wait() for proc in routers]
+            await asyncio.gather(*DRAINS)  # their logs read to the end
         async with store.tenant("bench") as session:
             recorded = await session.scalar(select(func.sum(Conversation.turns)))
             mode = func.coalesce(Conversation.route["mode"].astext, "-")
@@ -278,7 +293,6 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         await store.close()
         await upstream.close()
         await _drop(args.database_url, schema)
-    answered = args.requests + args.streams + int(sustained["router"]["requests"])
     return {
         **latency,
         "streaming": streaming,
@@ -287,6 +301,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "router_exit_codes": codes,
         "turns_answered": answered,
         "turns_recorded": int(recorded or 0),
+        **backlog,
         "new_conversations_by_route": routes,
     }
 
@@ -361,6 +376,26 @@ async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) 
         "added_first_token_ms_p50_continued": pct(added[1::2], 0.5) * 1000,
         "added_first_token_ms_p50_new": pct(added[0::2], 0.5) * 1000,
     }
+
+
+async def _recorded(store: Store) -> int:
+    async with store.tenant("bench") as session:
+        return int(await session.scalar(select(func.sum(Conversation.turns))) or 0)
+
+
+async def _backlog(store: Store, answered: int, within: float = 60.0) -> dict[str, object]:
+    """The turns not in the store yet when the load stopped, and how long the routers then
+    took to write them (None: not within `within` s), before they are told to stop: a rate
+    the recorder does not keep up with shows here, not hidden by the shutdown's flush."""
+    started = time.perf_counter()
+    waiting = answered - await _recorded(store)
+    caught_up: float | None = None
+    while time.perf_counter() - started < within:
+        if await _recorded(store) >= answered:
+            caught_up = time.perf_counter() - started
+            break
+        await asyncio.sleep(0.1)
+    return {"turns_waiting_when_load_stopped": waiting, "recorded_all_within_s": caught_up}
 
 
 async def _drop(database_url: str, schema: str) -> None:
@@ -446,8 +481,15 @@ if __name__ == "__main__":
     parser.add_argument(
         "--mode", default="embedding", help="the router's RETRACE_ROUTER_MODE (base: no routing)"
     )
-    parser.add_argument("--embedder", default="cascade", help="RETRACE_ROUTER_EMBEDDER")
+    parser.add_argument(
+        "--embedder",
+        default=next(
+            f.default for f in msgspec.structs.fields(RouterConfig) if f.name == "embedder"
+        ),
+        help="RETRACE_ROUTER_EMBEDDER (default: the router's)",
+    )
     parser.add_argument("--routers", type=int, default=1, help="router processes on the port")
+    parser.add_argument("--router-log", type=Path, help="append the routers' logs to this file")
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()

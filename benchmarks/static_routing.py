@@ -114,14 +114,21 @@ def requests() -> list[tuple[str, str, str]]:
     return rows
 
 
-def score(embedder: Embedder, rows: list[tuple[str, str, str]]) -> dict[str, object]:
+def score(
+    embedder: Embedder, rows: list[tuple[str, str, str]], by: Embedder | None = None
+) -> dict[str, object]:
+    """`embedder`'s routing: the right kind, the similarities over the threshold, its time;
+    the profiles embedded `by` another embedder where given (routing's int8 graph embeds
+    queries against MiniLM's own vectors of the profiles)."""
     kinds = sorted({k for k, _, _ in rows})
     profiles = {k: [t for kk, s, t in rows if kk == k and s == "train"][:16] for k in kinds}
     profiles = {k: v for k, v in profiles.items() if len(v) >= 4}
     queries = [(k, t) for k, s, t in rows if s == "test" and k in profiles]
+    by = by or embedder
     embedder.embed(["warm up"])
+    by.embed(["warm up"])
     started = time.perf_counter()
-    matrices = {k: np.asarray(embedder.embed(v)) for k, v in profiles.items()}
+    matrices = {k: np.asarray(by.embed(v)) for k, v in profiles.items()}
     vectors = np.asarray(embedder.embed([t for _, t in queries]))
     texts = len(queries) + sum(len(v) for v in profiles.values())
     per_text_ms = (time.perf_counter() - started) / texts * 1000

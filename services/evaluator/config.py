@@ -19,7 +19,7 @@ class EvaluatorConfig(ServiceConfig, kw_only=True, frozen=True):
     router learned from the cycle's train-task results (needs `route_tasks` > 0 in the
     cycle's settings; embedding otherwise)."""
     routing_embedder: Literal["cascade", "cascade-int8", "minilm", "minilm-int8", "static"] = (
-        "cascade"
+        "cascade-int8"
     )
     """The text similarity routing is scored with: keep it the router's (`RETRACE_ROUTER_EMBEDDER`),
     so the routed set evaluated is the one production serves."""

@@ -19,17 +19,18 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    embedder: Literal["cascade", "cascade-int8", "minilm", "minilm-int8", "static"] = "cascade"
-    """The text similarity of the `embedding` mode: `minilm` (the model; through ONNX
-    Runtime where it is installed, 4 ms of one core a query on this project's CPU, else
-    PyTorch, 13 to 18 ms), `minilm-int8` (its ONNX graph with int8 weights, 1.2 ms; on the
-    routing benchmark 52.5% of requests to the right kind against 54.9%, unrelated ones told
-    apart as well), `static` (its token vectors averaged, 0.06 ms; it picks among adapters
-    well but sends many unrelated requests to one, so only where every request belongs to
-    some adapter) or `cascade` / `cascade-int8` (static where its best score is high enough
-    that no unrelated request reached it, `minilm` / `minilm-int8` for the rest:
-    docs/benchmarks.md). `learned` compares with the MiniLM chosen (static vectors under
-    `static`).
+    embedder: Literal["cascade", "cascade-int8", "minilm", "minilm-int8", "static"] = "cascade-int8"
+    """The text similarity of the `embedding` mode: `minilm` (the model through ONNX
+    Runtime, 3 to 4 ms of one core a query on this project's CPU; PyTorch, 13 to 18 ms,
+    where ONNX Runtime is not installed), `minilm-int8` (queries through its ONNX graph
+    with int8 weights, 0.75 ms, against the profiles' MiniLM vectors; on the routing
+    benchmark 56.2% of requests to the right kind against MiniLM's 54.9%, unrelated ones
+    told apart as well), `static` (its token vectors averaged, 0.06 ms; it picks among
+    adapters well but sends many unrelated requests to one, so only where every request
+    belongs to some adapter) or `cascade-int8` / `cascade` (static where its best score is
+    high enough that no unrelated request reached it, `minilm-int8` / `minilm` for the
+    rest: docs/benchmarks.md). `learned` compares with the MiniLM chosen (static vectors
+    under `static`).
     Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""
@@ -48,7 +49,9 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     """Answered turns waiting to be written (each is written after its reply is sent; while
-    the store refuses them they wait, oldest first); over this, new ones are logged as lost."""
+    the store refuses them they wait, oldest first); at this many, new requests are refused
+    with a 503 and Retry-After until the store catches up (no reply is made whose turn could
+    not be kept)."""
     spool_dir: str | None = None
     """Where turns the store has not taken when the router stops are kept until a router
     starts again (default `<data_dir>/spool/router`; keep it on a volume)."""

