@@ -128,8 +128,13 @@ class OnnxMiniLM(_Remembering):
         self.cache_dir = cache_dir or CACHE_DIR
         self.threads = threads
         self.int8 = int8
-        """The graph's weights dynamically quantised to int8 (ONNX Runtime's): a query in
-        about a quarter of the time, vectors no longer MiniLM's own (docs/benchmarks.md)."""
+        """The graph's weights quantised to int8 (ONNX Runtime's dynamic quantisation): a
+        query in about a quarter of the time, vectors at a mean cosine of 0.99 to MiniLM's.
+        Its activations are quantised with one scale for the whole input, so a text
+        embedded among others comes out at a cosine of 0.984 or more to itself alone
+        (routing the same share of the routing benchmark; docs/benchmarks.md): embedding
+        each alone cost the router a third of its rate under load, each run reading all the
+        weights again."""
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
@@ -168,18 +173,11 @@ class OnnxMiniLM(_Remembering):
         import numpy as np
 
         session, tokenizer = self._load()
-        # the int8 graph quantises its activations with one scale for the whole input: a
-        # text among others (and their padding) came out at a cosine of 0.986 to 0.99 to
-        # itself alone, so it embeds each text alone (batching saved it 10%)
-        groups = [[t] for t in texts] if self.int8 else [texts]
-        out: list[list[float]] = []
-        for group in groups:
-            encoded = tokenizer.encode_batch(group)
-            ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
-            mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
-            [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
-            out += [vector.tolist() for vector in vectors]
-        return out
+        encoded = tokenizer.encode_batch(texts)
+        ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
+        [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
+        return [vector.tolist() for vector in vectors]
 
 
 def _quantized(path: Path) -> Path:

@@ -107,9 +107,12 @@ def test_onnx_runtime_gives_minilm_s_own_vectors_and_int8_close_ones(tmp_path: P
         assert embeddings.cosine(got, want) > 0.97
     alarm, wake, refund = small
     assert embeddings.cosine(alarm, wake) > embeddings.cosine(alarm, refund)
-    # its activations take one scale per input: a text among others came out at a cosine
-    # of 0.986 to itself alone, so a routing decision depended on the load; each alone now
-    assert [int8.embed([t])[0] for t in texts] == small
+    # its activations take one scale per input: alone, a text is the same every time; among
+    # others, close to that (routing batches the queries that arrive together under load)
+    alone = [int8.embed([t])[0] for t in texts]
+    assert alone == [int8.embed([t])[0] for t in texts]
+    for got, want in zip(small, alone, strict=True):
+        assert embeddings.cosine(got, want) > 0.98
 
 
 def test_the_static_vectors_read_the_tokens_transformers_reads() -> None:
