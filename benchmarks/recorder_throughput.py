@@ -1,7 +1,8 @@
 """How many production turns a second the router's recorder writes to Postgres: the
 statements of `services.router.recorder.write_batch`, batch after batch, on the local
 server, in the mix the router benchmark sends (each conversation opened, then continued
-once in the next batch).
+once in the next batch), with the CPU time the writing process spends a turn (what the
+router's event loop gives to recording).
 
     python -m benchmarks.recorder_throughput --turns 20000 --batch 512
 
@@ -60,7 +61,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         opened: list[Known] = []
         n = 0
         written = 0
-        seconds = 0.0
+        seconds = cpu_s = 0.0
         while written < args.turns:
             batch: list[Answered] = []
             for known in opened:  # last batch's conversations go on
@@ -72,10 +73,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 fresh.append(moved)
                 n += 1
             opened = fresh[: args.batch // 2]
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             async with store.tenant("bench") as session:
                 await write_batch(session, "bench", batch)
             seconds += time.perf_counter() - started
+            cpu_s += time.process_time() - cpu
             written += len(batch)
         async with store.tenant("bench") as session:
             turns = await session.scalar(select(func.sum(Conversation.turns)))
@@ -88,6 +90,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "batch": args.batch,
         "seconds": seconds,
         "turns_per_s": written / seconds,
+        "router_cpu_us_per_turn": cpu_s / written * 1e6,
         "turns_recorded": int(turns or 0),
         "trajectories": int(trajectories or 0) - 12,  # _setup's diagnosed failures
     }
