@@ -161,12 +161,13 @@ class OnnxMiniLM(_Remembering):
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1
-                self._session = onnxruntime.InferenceSession(
-                    str(path), options, providers=["CPUExecutionProvider"]
-                )
                 tokenizer = _tokenizer()
                 tokenizer.enable_padding()
                 self._tokenizer = tokenizer
+                # last: `loaded` says the whole embedder is ready
+                self._session = onnxruntime.InferenceSession(
+                    str(path), options, providers=["CPUExecutionProvider"]
+                )
             return self._session, self._tokenizer
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
@@ -371,7 +372,12 @@ class Batched:
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if getattr(self.embedder, "ready", False):  # quick once loaded: no thread needed
             return self.embedder.embed(texts)
-        if self.alone is not None and getattr(self.embedder, "loaded", False) and self.alone():
+        if (
+            len(texts) == 1  # a query: a profile's many texts go to the thread
+            and self.alone is not None
+            and getattr(self.embedder, "loaded", False)
+            and self.alone()
+        ):
             return self.embedder.embed(texts)
         future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
         self._waiting.append((list(texts), future))

@@ -173,7 +173,7 @@ async def _router(
     examples = learn_examples(route_outcomes, route_openings)
     if learned and examples and embeddings.available():
         # the similarity the embedding mode uses (the router's own, see EvaluatorConfig)
-        embedder = mode.embedder if isinstance(mode, EmbeddingRouting) else None
+        embedder = mode.exact if isinstance(mode, EmbeddingRouting) else None
         return (
             LearnedRouting(embedder or embeddings.default_embedder(), examples, min_confidence),
             examples,

@@ -295,27 +295,31 @@ class RouterApp:
         return web.json_response({"object": "list", "data": data})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        recorder = self.recorder
-        if recorder is not None and not recorder.reserve():
-            # the store is behind by `unrecorded_limit` turns: refused before a reply is
-            # made, since its turn could not be kept
-            if self.routed is not None:
-                self.routed.labels("-", "recorder_full").inc()
-            log.warning("request refused: turns wait for the store", waiting=recorder.waiting)
-            return error(503, "too many answered turns wait to be recorded; try again")
+        started = time.perf_counter()
         self._chats += 1
         try:
-            return await self._chat(request)
+            authorized = await self._authorized(request)
+            if isinstance(authorized, web.Response):
+                return authorized
+            recorder = self.recorder
+            if recorder is not None and not recorder.reserve():
+                # the store is behind by `unrecorded_limit` turns: refused before a reply
+                # is made, since its turn could not be kept
+                if self.routed is not None:
+                    self.routed.labels("-", "recorder_full").inc()
+                log.warning("request refused: turns wait for the store", waiting=recorder.waiting)
+                return error(503, "too many answered turns wait to be recorded; try again")
+            try:
+                return await self._chat(request, authorized, started)
+            finally:
+                if recorder is not None:
+                    recorder.release()
         finally:
             self._chats -= 1
-            if recorder is not None:
-                recorder.release()
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        authorized = await self._authorized(request)
-        if isinstance(authorized, web.Response):
-            return authorized
+    async def _chat(
+        self, request: web.Request, authorized: tuple[str, bytes], started: float
+    ) -> web.StreamResponse:
         tenant, raw = authorized
         try:
             req = msgspec.json.decode(raw, type=ChatRequest)
@@ -479,7 +483,7 @@ class RouterApp:
             return self.mode
         assert isinstance(self.mode, EmbeddingRouting)
         return LearnedRouting(
-            self.mode.embedder,
+            self.mode.exact,
             [Example(str(e["text"]), e.get("adapter")) for e in examples],
             self.cfg.min_confidence,
         )

@@ -61,10 +61,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-LINGER_S = 0.05
-"""How long the recorder lets answered turns gather before it writes them (none with a
-full batch waiting or a `flush`): records land up to 50 ms later, in fewer transactions."""
-
 REFUSED = (
     IntegrityError,
     DataError,
@@ -133,18 +129,19 @@ class Recorder:
         limit: int,
         batch: int = 512,
         spool: Spool | None = None,
-        linger: float = LINGER_S,
     ) -> None:
         self.store = store
         self.limit = limit
         self.batch = batch
-        self.linger = linger
         self.spool = spool
         """Where turns still unwritten at `close` go, and where `start` takes them back."""
         self._claims: list[tuple[int, Held]] = []
         """Spool files taken at start, each with the number of its last turn."""
         self._replayed = 0
-        """Turns taken back from the spool at start (`limit` counts only new ones)."""
+        """Turns taken back from the spool at start and not written yet (`limit` counts only
+        new ones)."""
+        self._replay_last = 0
+        """The number of the last turn taken back from the spool."""
         self._journal: Journal | None = None
         """This process's journal of turns the store refused, while there is one."""
         self._journaled = 0
@@ -158,8 +155,6 @@ class Recorder:
         """Requests in progress that hold a place in the queue for their turn (`reserve`)."""
         self._progress = asyncio.Condition()
         self._wake = asyncio.Event()
-        self._hurry = asyncio.Event()
-        """Set when what waits should be written without lingering (a full batch, `flush`)."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -170,6 +165,7 @@ class Recorder:
             self._replayed += len(turns)
             self._claims.append((self._submitted, held))
             log.info("spooled turns taken back", turns=len(turns), file=str(held.path))
+        self._replay_last = self._submitted
         self._task = asyncio.create_task(self._run(), name="router-recorder")
 
     @property
@@ -206,8 +202,6 @@ class Recorder:
         self._submitted += 1
         self._queue.append((self._submitted, answered))
         self._wake.set()
-        if len(self._queue) >= self.batch:
-            self._hurry.set()
 
     def _release(self) -> None:
         """Delete the spool files whose turns are all written."""
@@ -246,7 +240,6 @@ class Recorder:
         """Wait until every turn submitted so far is written (or given up on as lost); bound
         the wait with `asyncio.timeout`."""
         target = self._submitted
-        self._hurry.set()
         async with self._progress:
             await self._progress.wait_for(lambda: self._settled(target))
 
@@ -299,14 +292,6 @@ class Recorder:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.linger > 0 and not self._hurry.is_set():
-                # a batch costs the loop 3 to 4 ms of CPU whatever its size (a transaction
-                # of a few statements; 250 us a turn in batches of 16, 26 in batches of
-                # 512: benchmarks/recorder_throughput.py): let the turns of a moment join
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.linger):
-                        await self._hurry.wait()
-            self._hurry.clear()
             while self._queue:
                 # the batch stays at the front of the queue while it is written, so `flush`,
                 # `close` and `limit` count it; only what was written leaves it
@@ -325,6 +310,7 @@ class Recorder:
                 for _ in taken:
                     self._queue.popleft()
                 left = [(n, a) for n, a in taken if n not in done]
+                self._replayed -= sum(n <= self._replay_last for n in done)
                 self._queue.extendleft(reversed(left))
                 async with self._progress:
                     self._progress.notify_all()
@@ -449,7 +435,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     await session.execute(
         OPEN_TRAJECTORIES,
         {
-            "tenant": tenant,
+            "tenant_id": tenant,
             "opens_id": [r.first.turn.conversation_id for r, _ in rows],
             "opens_trajectory_id": [o.trajectory_id for _, o in rows],
             "opens_agent_id": [o.agent_id for _, o in rows],
@@ -465,7 +451,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     await session.execute(
         OPEN_CONVERSATIONS,
         {
-            "tenant": tenant,
+            "tenant_id": tenant,
             "starts_id": [r.first.turn.conversation_id for r, _ in rows],
             "starts_trajectory_id": [o.trajectory_id for _, o in rows],
             "starts_agent_id": [o.agent_id for _, o in rows],
@@ -511,13 +497,15 @@ STARTS = _rows(
     route=Text,
     turns=Integer,
 )
-_TENANT = bindparam("tenant", type_=Text)
+_TENANT = bindparam("tenant_id", type_=Text)
+"""Bound under the column's name: the session's scope checks it is its own tenant."""
 
 
 def _living(rows: Any) -> Any:
-    """`rows` joined to their agent (gone: left out) and their adapter (gone: none)."""
-    return rows.join(Agent, Agent.id == rows.c.agent_id).outerjoin(
-        Adapter, Adapter.id == rows.c.adapter_id
+    """`rows` joined to their agent (gone: left out) and their adapter (gone: none), the
+    tenant's own only (the session's tenant filter does not reach into an insert's select)."""
+    return rows.join(Agent, (Agent.id == rows.c.agent_id) & (Agent.tenant_id == _TENANT)).outerjoin(
+        Adapter, (Adapter.id == rows.c.adapter_id) & (Adapter.tenant_id == _TENANT)
     )
 
 

@@ -161,6 +161,13 @@ class EmbeddingRouting:
         then embedded on the loop, see `Batched`)."""
         self._quick = _Scorer(quick) if quick is not None else None
 
+    @property
+    def exact(self) -> Embedder:
+        """MiniLM itself where the queries go through its int8 graph, else the embedder:
+        what `learned` routing compares with (it embeds its examples with each query, so
+        both sides alike, and the int8 graph on both sides let unrelated requests in)."""
+        return self.profiles or self.embedder
+
     def warm(self) -> None:
         """Load the embedders (the static table is built on a first run: 10 s), so the
         first request does not wait for them. Blocking: call it off the event loop."""

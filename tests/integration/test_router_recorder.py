@@ -9,6 +9,7 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +252,39 @@ async def test_a_replayed_turn_its_conversation_went_past_is_not_a_branch(store:
     [row] = rows.values()
     assert row.turns == 3 and row.tip == turns[-1].tip
     assert (await _trajectory(store, "acme", row)).messages == turns[-1].messages
+
+
+async def test_a_new_conversation_of_another_tenant_s_agent_is_not_written(store: Store) -> None:
+    """The batched insert reads agents and adapters inside its own select, which the session's
+    tenant filter does not reach: another tenant's agent (or adapter) is not one this tenant
+    can write a conversation for."""
+    mine, theirs = await _agent(store, "acme"), await _agent(store, "globex")
+    recorder = Recorder(store, limit=100)
+    recorder.start()
+    [foreign] = _turns("acme", theirs, "an agent of globex's", 1)
+    [own] = _turns("acme", mine, "my own agent", 1)
+    recorder.submit(foreign)
+    recorder.submit(own)
+    await recorder.flush()
+    await recorder.close(1.0)
+    assert list(await _conversations(store, "acme")) == [own.turn.conversation_id]
+    assert list(await _conversations(store, "globex")) == []
+
+
+async def test_turns_taken_back_from_the_spool_stop_counting_once_written(
+    store: Store, tmp_path: Path
+) -> None:
+    """The limit counts only new turns, so replayed ones raise it while they wait; once
+    written they counted on for the life of the process (the limit stayed raised)."""
+    from services.router.spool import Spool
+
+    agent = await _agent(store, "acme")
+    Spool(tmp_path).put([t for n in range(3) for t in _turns("acme", agent, f"spooled {n}", 1)])
+    recorder = Recorder(store, limit=2, spool=Spool(tmp_path))
+    recorder.start()
+    await recorder.flush()
+    assert recorder.reserve() and recorder.reserve()
+    assert not recorder.reserve()  # the limit is 2 again, not 5
+    recorder.release()
+    recorder.release()
+    await recorder.close(1.0)

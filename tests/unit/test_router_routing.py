@@ -205,6 +205,9 @@ async def test_a_query_alone_is_embedded_on_the_loop_and_one_among_others_on_a_t
     await batched.embed(["wake"])
     assert loaded.threads[0] == loop_thread and loaded.threads[1] != loop_thread
     assert batched.batches == 1  # the second only
+    alone = True
+    await batched.embed(["alarm", "wake me"])  # a profile's texts: never on the loop
+    assert loaded.threads[2] != loop_thread
     cold = Threads(loaded=False)
     await Batched(cold, lambda: True).embed(["alarm"])
     assert cold.threads[0] != loop_thread  # loading is slow: never on the loop
