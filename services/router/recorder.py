@@ -430,38 +430,38 @@ async def write_batch(session: Any, tenant: str, turns: list[Answered]) -> None:
 async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     """New conversations and their trajectories, in two statements over arrays: those of an
     agent deleted since are left out, an adapter deleted since is none."""
-    opens = [(r, r.first.turn.opening) for r in runs]
-    rows = [(r, o) for r, o in opens if o is not None]
-    await session.execute(
-        OPEN_TRAJECTORIES,
-        {
-            "tenant_id": tenant,
-            "opens_id": [r.first.turn.conversation_id for r, _ in rows],
-            "opens_trajectory_id": [o.trajectory_id for _, o in rows],
-            "opens_agent_id": [o.agent_id for _, o in rows],
-            "opens_adapter_id": [o.adapter_id for _, o in rows],
-            "opens_model": [r.last.model for r, _ in rows],
-            "opens_messages": [
-                msgspec.json.encode(without_nul(r.last.messages)).decode() for r, _ in rows
-            ],
-            "opens_tokens": [r.tokens for r, _ in rows],
-            "opens_latency_ms": [r.latency_ms for r, _ in rows],
-        },
+    rows = [(r, o) for r in runs if (o := r.first.turn.opening) is not None]
+    both: dict[str, list[Any]] = {
+        "id": [r.first.turn.conversation_id for r, _ in rows],
+        "trajectory_id": [o.trajectory_id for _, o in rows],
+        "agent_id": [o.agent_id for _, o in rows],
+        "adapter_id": [o.adapter_id for _, o in rows],
+    }
+    trajectories = _bound(
+        "opens",
+        tenant,
+        **both,
+        model=[r.last.model for r, _ in rows],
+        messages=[msgspec.json.encode(without_nul(r.last.messages)).decode() for r, _ in rows],
+        tokens=[r.tokens for r, _ in rows],
+        latency_ms=[r.latency_ms for r, _ in rows],
     )
-    await session.execute(
-        OPEN_CONVERSATIONS,
-        {
-            "tenant_id": tenant,
-            "starts_id": [r.first.turn.conversation_id for r, _ in rows],
-            "starts_trajectory_id": [o.trajectory_id for _, o in rows],
-            "starts_agent_id": [o.agent_id for _, o in rows],
-            "starts_adapter_id": [o.adapter_id for _, o in rows],
-            "starts_api_key_id": [o.api_key_id for _, o in rows],
-            "starts_tip": [r.last.tip for r, _ in rows],
-            "starts_route": [msgspec.json.encode(without_nul(o.route)).decode() for _, o in rows],
-            "starts_turns": [o.turns + len(r.turns) for r, o in rows],
-        },
+    await session.execute(OPEN_TRAJECTORIES, trajectories)
+    conversations = _bound(
+        "starts",
+        tenant,
+        **both,
+        api_key_id=[o.api_key_id for _, o in rows],
+        tip=[r.last.tip for r, _ in rows],
+        route=[msgspec.json.encode(without_nul(o.route)).decode() for _, o in rows],
+        turns=[o.turns + len(r.turns) for r, o in rows],
     )
+    await session.execute(OPEN_CONVERSATIONS, conversations)
+
+
+def _bound(name: str, tenant: str, **columns: list[Any]) -> dict[str, Any]:
+    """The parameters of a statement over `_rows(name, ...)`: one array per column."""
+    return {"tenant_id": tenant, **{f"{name}_{c}": v for c, v in columns.items()}}
 
 
 def _rows(name: str, **columns: Any) -> Any:
