@@ -32,6 +32,7 @@ from services.router.conversations import Known, Recent, prefix_tips, tip
 from services.router.limits import TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
+from shared import embeddings
 from shared.errors import PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
@@ -140,7 +141,15 @@ class RouterApp:
         self.client = LLMClient.for_endpoint(cfg.model)
         self.served = Served(self.client)
         self.mode: RoutingMode
-        if cfg.mode in ("embedding", "learned"):
+        if cfg.mode in ("embedding", "learned") and not embeddings.available():
+            # as the evaluator scores it: a lean image (compose's) has no embedding model
+            log.warning(
+                "routing off: the embedding model is not installed (pip install "
+                "'retrace[train]'); every conversation goes to the base model",
+                mode=cfg.mode,
+            )
+            self.mode = BaseOnly()
+        elif cfg.mode in ("embedding", "learned"):
             self.mode = embedding_routing(
                 cfg.embedder, cfg.min_confidence, alone=lambda: self._chats <= 1
             )
@@ -479,9 +488,12 @@ class RouterApp:
         """The configured mode; `learned` uses the examples the agent's last promoting cycle
         left in its config (embedding routing until there are some)."""
         examples = ((agent.config or {}).get("router") or {}).get("examples") or []
-        if self.cfg.mode != "learned" or not examples:
+        if (
+            self.cfg.mode != "learned"
+            or not examples
+            or not isinstance(self.mode, EmbeddingRouting)
+        ):
             return self.mode
-        assert isinstance(self.mode, EmbeddingRouting)
         return LearnedRouting(
             self.mode.exact,
             [Example(str(e["text"]), e.get("adapter")) for e in examples],
@@ -668,9 +680,8 @@ class RouterApp:
         assert service.store is not None
         self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit, spool=self.spool)
         self.recorder.start()
-        if self.cfg.mode in ("embedding", "learned"):
+        if isinstance(self.mode, EmbeddingRouting):
             # loaded before the first request (the static table built on a first run, 10 s)
-            assert isinstance(self.mode, EmbeddingRouting)
             await asyncio.to_thread(self.mode.warm)
         if self.cfg.cache_s > 0:
             self._feed = ChangeFeed(

@@ -368,3 +368,19 @@ def test_routing_embedders_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
         embeddings.routing_embedder("minilm-int8")
     with pytest.raises(ConfigError, match="unknown routing embedder"):
         embeddings.routing_embedder("bert")
+
+
+def test_a_router_without_the_embedding_model_routes_nothing_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compose's lean image has no embedding model: its router, in the default embedding
+    mode, failed at start loading it. Now it serves every conversation with the base model
+    and logs why, as the evaluator scores routing there."""
+    from services.router.config import RouterConfig
+    from services.router.handlers import RouterApp
+    from shared import embeddings
+    from shared.routing.modes import BaseOnly
+
+    monkeypatch.setattr(embeddings, "available", lambda: False)
+    assert isinstance(RouterApp(RouterConfig(mode="embedding")).mode, BaseOnly)
+    assert isinstance(RouterApp(RouterConfig(mode="learned")).mode, BaseOnly)
