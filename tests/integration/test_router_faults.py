@@ -333,6 +333,20 @@ async def _all_recorded(site: Site, tally: Tally) -> None:
         ) from None
 
 
+@contextlib.asynccontextmanager
+async def _store_stopped_under_load(
+    site: Site, **env: str
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], Tally, int]]:
+    """A router (with `env`) under load, its Postgres stopped 1.5 s in: the router, what the
+    clients saw, and the turns answered when the store stopped. The load goes on inside."""
+    proc, url = site.start_router(**env)
+    await _ready(proc, url, site)
+    async with _load(url, site.key) as tally:
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(stop_postgres, site.root)
+        yield proc, tally, tally.answered
+
+
 async def test_postgres_stopped_under_load_loses_no_answered_turn(site: Site) -> None:
     """Issue 14: Postgres stopped for 10 s under load gave 187 of 200 requests a bare 500
     and lost replies already generated. Now a request the router cannot serve without the
@@ -362,12 +376,8 @@ async def test_a_store_down_past_the_queue_s_limit_is_503_and_no_answered_turn_l
     turn as lost (the router benchmark lost 13,256 of 34,854 turns in 40 s when its loop fell
     behind). Now it refuses new requests with a 503 and Retry-After until the store takes
     the turns waiting, and every turn it answered is in the store afterwards."""
-    proc, url = site.start_router(RETRACE_ROUTER_UNRECORDED_LIMIT="20")
-    await _ready(proc, url, site)
-    async with _load(url, site.key) as tally:
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(stop_postgres, site.root)
-        stopped_at = tally.answered
+    limited = _store_stopped_under_load(site, RETRACE_ROUTER_UNRECORDED_LIMIT="20")
+    async with limited as (proc, tally, stopped_at):
         await asyncio.sleep(4)
         during = tally.answered - stopped_at
         await asyncio.to_thread(ensure_postgres, site.root)
@@ -452,12 +462,7 @@ async def test_sigterm_while_the_store_is_down_keeps_the_answered_turns(site: Si
     """Turns answered while Postgres is down wait in the router's memory; a router stopped
     then writes them to its spool, and the next router to start records them."""
     site.upstream.delay = 1.0  # so that requests are in flight when the store stops
-    proc, url = site.start_router()
-    await _ready(proc, url, site)
-    async with _load(url, site.key) as tally:
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(stop_postgres, site.root)
-        stopped_at = tally.answered
+    async with _store_stopped_under_load(site) as (proc, tally, stopped_at):
         await asyncio.sleep(3)
         proc.send_signal(signal.SIGTERM)
         await asyncio.to_thread(proc.wait, 30)
@@ -476,12 +481,7 @@ async def test_a_router_killed_while_the_store_is_down_leaves_its_turns_to_the_n
     it: here the load stops 3 s into the outage and the router is killed after 8 s, past the
     retries at 3.5 and 7.5 s."""
     site.upstream.delay = 1.0
-    proc, url = site.start_router()
-    await _ready(proc, url, site)
-    async with _load(url, site.key) as tally:
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(stop_postgres, site.root)
-        stopped_at = tally.answered
+    async with _store_stopped_under_load(site) as (proc, tally, stopped_at):
         await asyncio.sleep(2)
     await asyncio.sleep(6)  # the recorder retries at 3.5 and 7.5 s into the outage
     proc.kill()
