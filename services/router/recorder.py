@@ -439,7 +439,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     }
     trajectories = _bound(
         "opens",
-        tenant,
+        tenant_id=tenant,
         **both,
         model=[r.last.model for r, _ in rows],
         messages=[msgspec.json.encode(without_nul(r.last.messages)).decode() for r, _ in rows],
@@ -449,7 +449,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     await session.execute(OPEN_TRAJECTORIES, trajectories)
     conversations = _bound(
         "starts",
-        tenant,
+        tenant_id=tenant,
         **both,
         api_key_id=[o.api_key_id for _, o in rows],
         tip=[r.last.tip for r, _ in rows],
@@ -459,9 +459,11 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
     await session.execute(OPEN_CONVERSATIONS, conversations)
 
 
-def _bound(name: str, tenant: str, **columns: list[Any]) -> dict[str, Any]:
-    """The parameters of a statement over `_rows(name, ...)`: one array per column."""
-    return {"tenant_id": tenant, **{f"{name}_{c}": v for c, v in columns.items()}}
+def _bound(name: str, tenant_id: str | None = None, **columns: list[Any]) -> dict[str, Any]:
+    """The parameters of a statement over `_rows(name, ...)`: one array per column, and the
+    tenant where the statement names it."""
+    bound = {f"{name}_{c}": v for c, v in columns.items()}
+    return bound if tenant_id is None else {"tenant_id": tenant_id, **bound}
 
 
 def _rows(name: str, **columns: Any) -> Any:
@@ -609,26 +611,26 @@ async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
         cid: trajectory_id
         for cid, trajectory_id in await session.execute(
             MOVE,
-            {
-                "moves_id": [r.first.turn.conversation_id for r in runs],
-                "moves_found": [r.first.turn.found_tip for r in runs],
-                "moves_tip": [r.last.tip for r in runs],
-                "moves_n": [len(r.turns) for r in runs],
-            },
+            _bound(
+                "moves",
+                id=[r.first.turn.conversation_id for r in runs],
+                found=[r.first.turn.found_tip for r in runs],
+                tip=[r.last.tip for r in runs],
+                n=[len(r.turns) for r in runs],
+            ),
         )
     }
     done = [r for r in runs if r.first.turn.conversation_id in moved]
     if done:
         await session.execute(
             EXTEND,
-            {
-                "histories_id": [moved[r.first.turn.conversation_id] for r in done],
-                "histories_messages": [
-                    msgspec.json.encode(without_nul(r.last.messages)).decode() for r in done
-                ],
-                "histories_tokens": [r.tokens for r in done],
-                "histories_latency_ms": [r.latency_ms for r in done],
-            },
+            _bound(
+                "histories",
+                id=[moved[r.first.turn.conversation_id] for r in done],
+                messages=[msgspec.json.encode(without_nul(r.last.messages)).decode() for r in done],
+                tokens=[r.tokens for r in done],
+                latency_ms=[r.latency_ms for r in done],
+            ),
         )
     return [a for r in runs if r.first.turn.conversation_id not in moved for a in r.turns]
 
