@@ -85,6 +85,13 @@ def create_engine(cfg: DatabaseConfig, url: str) -> AsyncEngine:
                 "statement_timeout": str(cfg.statement_timeout_ms),
                 # per schema: what Postgres shows for one deployment (or one test) is its own
                 "application_name": application_name(cfg.schema),
+                # every statement is planned for its own parameters: each carries a tenant,
+                # and one tenant's ten rows are another's ten million, so no one plan fits
+                # all; and Postgres's generic plan of a statement prepared five times, made
+                # while a table was nearly empty, read every conversation of the tenant to
+                # move a batch of them on (17 ms a batch at 20,000, the store's busiest
+                # statement under the router's load: docs/benchmarks.md)
+                "plan_cache_mode": "force_custom_plan",
             },
         },
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from services.router.conversations import Known, tip
 from services.router.recorder import Answered, Opening, Recorder, Turn, write_batch
@@ -288,3 +288,62 @@ async def test_turns_taken_back_from_the_spool_stop_counting_once_written(
     recorder.release()
     recorder.release()
     await recorder.close(1.0)
+
+
+async def _tenant_index_reads(store: Store) -> int:
+    """Index entries read so far through the conversations' tenant indexes (this
+    connection's counts flushed first)."""
+    async with store.cross_tenant() as session:
+        await session.execute(text("SELECT pg_stat_force_next_flush()"))
+    async with store.cross_tenant() as session:
+        await session.execute(text("SELECT pg_stat_clear_snapshot()"))
+        reads = await session.scalar(
+            text(
+                "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes"
+                " WHERE schemaname = current_schema() AND relname = 'conversations'"
+                " AND indexrelname LIKE 'ix_conversations_tenant_id%'"
+            )
+        )
+        return int(reads or 0)
+
+
+async def test_moving_conversations_on_reads_their_rows_only_after_the_table_grew(
+    store: Store,
+) -> None:
+    """Postgres keeps a generic plan for a statement prepared five times: made while the
+    table was nearly empty, the batch update of continued conversations went through the
+    tenant's index and read every conversation of the tenant at each batch (17 ms a batch
+    at 20,000 conversations, most of the store's time under the router's load)."""
+    agent = await _agent(store, "acme")
+    for n in range(8):  # the table small: the statement planned and cached
+        first, second = _turns("acme", agent, f"early {n}", 2)
+        for answered in (first, second):
+            async with store.tenant("acme") as session:
+                await write_batch(session, "acme", [answered])
+    async with store.tenant("acme") as session:
+        await session.execute(
+            text(
+                "INSERT INTO trajectories (id, tenant_id, agent_id, trial, source, model,"
+                " messages, reward_breakdown, tokens, latency_ms)"
+                " SELECT md5(i::text)::uuid, 'acme', :agent, 0, 'production', 'm', '[]',"
+                " '{}', 0, 0 FROM generate_series(1, 20000) i"
+            ),
+            {"agent": agent},
+        )
+        await session.execute(
+            text(
+                "INSERT INTO conversations (id, tenant_id, agent_id, trajectory_id, tip,"
+                " route, turns) SELECT md5('c' || i)::uuid, 'acme', :agent,"
+                " md5(i::text)::uuid, md5('t' || i), '{}', 1 FROM generate_series(1, 20000) i"
+            ),
+            {"agent": agent},
+        )
+    first, second = _turns("acme", agent, "late", 2)
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", [first])
+    before = await _tenant_index_reads(store)
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", [second])
+    assert await _tenant_index_reads(store) - before < 100
+    rows = await _conversations(store, "acme")
+    assert rows[second.turn.conversation_id].tip == second.tip
