@@ -43,8 +43,10 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
     """Largest request body (413 above)."""
     tenant_rate: Annotated[float, msgspec.Meta(gt=0)] | None = None
-    """Requests a second each tenant may make, sustained (429 with Retry-After above);
-    None: no limit."""
+    """Requests a second each tenant may make, sustained, through all the deployment's router
+    processes together (they tell each other what they let through, over Postgres
+    notifications: `services/router/limits.py`); 429 with Retry-After above; None: no
+    limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000

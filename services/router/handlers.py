@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from services.router.config import RouterConfig
 from services.router.conversations import Known, Recent, prefix_tips, tip
-from services.router.limits import TenantLimits
+from services.router.limits import SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
 from shared import embeddings
@@ -172,6 +172,9 @@ class RouterApp:
         self.limits = (
             TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
         )
+        self.exchange: SpendingExchange | None = None
+        """Shares `limits` with the deployment's other router processes (started with the
+        service, which has the store's address)."""
         self._profiles: dict[
             tuple[str, uuid.UUID, tuple[str, ...]], tuple[float, list[Candidate]]
         ] = {}
@@ -221,6 +224,8 @@ class RouterApp:
     async def close(self, _: Service) -> None:
         if self._feed is not None:
             await self._feed.close()
+        if self.exchange is not None:
+            await self.exchange.close()
         if self.recorder is not None:  # what was answered is written first, if it can be
             await self.recorder.close(self.cfg.consumer.shutdown_grace)
         await self.client.close()
@@ -680,6 +685,11 @@ class RouterApp:
         assert service.store is not None
         self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit, spool=self.spool)
         self.recorder.start()
+        if self.limits is not None:
+            self.exchange = SpendingExchange(
+                asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self.limits
+            )
+            self.exchange.start()
         if isinstance(self.mode, EmbeddingRouting):
             # loaded before the first request (the static table built on a first run, 10 s)
             await asyncio.to_thread(self.mode.warm)

@@ -666,6 +666,54 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
         await server.close()
 
 
+async def test_two_routers_hold_a_tenant_to_one_rate_between_them(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Rate limits were counted per router process: behind a balancer each let the tenant
+    through its whole rate. Now what one lets through comes out of the other's bucket (over
+    Postgres notifications, within a quarter second)."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+        await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    upstream = Upstream()
+    server = TestServer(upstream.app())
+    await server.start_server()
+    model = ModelConfig(url=f"http://127.0.0.1:{server.port}/v1")
+    routers = [
+        await _started(service_cfg, model, mode="base", tenant_rate=0.05, tenant_burst=3)
+        for _ in range(2)
+    ]
+    [one_port, other_port] = [port for _, _, port in routers]
+    alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            await eventually(lambda: _sharing([s for s, _, _ in routers]), within=10)
+            first = [
+                await _chat(http, f"http://127.0.0.1:{one_port}", key, alarm) for _ in range(3)
+            ]
+            assert [status for status, _, _ in first] == [200, 200, 200]
+            await asyncio.sleep(1.0)  # four times the interval at which they tell each other
+            status, headers, payload = await _chat(
+                http, f"http://127.0.0.1:{other_port}", key, alarm
+            )
+            assert status == 429, payload
+            assert int(headers["Retry-After"]) >= 1
+        assert len(upstream.models) == 3
+    finally:
+        for service, run, _ in routers:
+            service.stop()
+            await run
+        await server.close()
+
+
+async def _sharing(services: list[Service]) -> bool:
+    """Whether the routers tell each other what they let through (their exchanges listen)."""
+    apps = [s.routes.__self__ for s in services]  # type: ignore[union-attr]
+    return all(a.exchange is not None and a.exchange.live for a in apps)
+
+
 async def test_metrics_need_their_key_when_one_is_set(
     service_cfg: ServiceConfig, store: Store
 ) -> None:

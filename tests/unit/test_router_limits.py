@@ -1,11 +1,12 @@
-"""Per-tenant token buckets (issue 14: no rate limits)."""
+"""Per-tenant token buckets (issue 14: no rate limits), held across router processes."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.router.limits import TenantLimits
+from services.router.limits import TenantLimits, parse, payloads
 
 
 class Clock:
@@ -41,3 +42,66 @@ def test_never_more_than_the_burst_plus_the_rate_over_time(
         assert wait >= 0
         allowed += wait == 0.0
     assert allowed <= burst + rate * clock.now + 1e-6
+
+
+def test_processes_that_share_what_they_let_through_hold_the_tenant_to_one_rate() -> None:
+    """Two router processes, each hammered by the same tenant for 60 s: alone each lets the
+    rate through (twice it in all); telling each other every quarter second, the rate once,
+    give or take a burst each and what one interval lets through."""
+    rate, burst, seconds, interval = 5.0, 4, 60.0, 0.25
+    for share in (False, True):
+        clock = Clock()
+        routers = [TenantLimits(rate=rate, burst=burst, clock=clock) for _ in range(2)]
+        allowed = 0
+        steps = int(seconds / 0.01)
+        for step in range(1, steps + 1):
+            clock.now = step * 0.01
+            allowed += sum(r.take("acme") == 0.0 for r in routers)
+            if share and step % int(interval / 0.01) == 0:
+                told = [r.unshared() for r in routers]
+                for r, other in zip(routers, reversed(told), strict=True):
+                    for tenant, n in other.items():
+                        r.spent_elsewhere(tenant, n)
+        if share:
+            assert rate * seconds * 0.9 <= allowed <= rate * seconds + 2 * burst + 2 * rate
+        else:
+            assert allowed >= 2 * rate * seconds
+
+
+def test_what_others_let_through_is_owed_one_burst_at_most() -> None:
+    clock = Clock()
+    limits = TenantLimits(rate=1.0, burst=3, clock=clock)
+    limits.spent_elsewhere("acme", 1000)  # heard late, after a partition
+    assert limits.take("acme") == 4.0  # three owed, one to come: not 1,000 s
+    assert limits.unshared() == {}  # only what this process let through is told
+    clock.now = 10.0
+    assert limits.take("acme") == 0.0
+    assert limits.unshared() == {"acme": 1} and limits.unshared() == {}
+
+
+tenants = st.text(
+    st.characters(min_codepoint=48, max_codepoint=122), min_size=1, max_size=63
+).filter(lambda t: ":" not in t)
+
+
+@given(st.dictionaries(tenants, st.integers(1, 10**9), max_size=800))
+def test_counts_go_out_in_payloads_postgres_takes_and_come_back_whole(
+    spent: dict[str, int],
+) -> None:
+    out = payloads("bench_1", "r1", spent)
+    assert all(len(p.encode()) < 8000 for p in out)
+    heard: dict[str, int] = {}
+    for payload in out:
+        schema, sender, part = parse(payload)
+        assert (schema, sender) == ("bench_1", "r1")
+        heard.update(part)
+    assert heard == spent
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["", "s:r", "s:r:{", "s:r:[1]", 's:r:{"acme": -1}', 's:r:{"acme": 1.5}', 's:r:{"a": true}'],
+)
+def test_a_payload_that_is_not_a_count_is_refused(payload: str) -> None:
+    with pytest.raises(ValueError):
+        parse(payload)
