@@ -84,8 +84,9 @@ ROUTES = (
     Route("post", "/v1/admin/tenants/{tenant}/keys", "A key for a tenant (operator key; 201)",
           response=KeyCreated),
     Route("put", "/v1/admin/tenants/{tenant}/quotas", "Replace a tenant's quotas: `max_agents`, "
-          "`max_active_cycles`, `max_cycles_per_day` (null or absent: no limit; operator key)",
-          Quotas, TenantOut),
+          "`max_active_cycles`, `max_cycles_per_day` (null or absent: no limit), "
+          "`requests_per_s`, `request_burst` (its chat requests through the router; null or "
+          "absent: the router's default); operator key", Quotas, TenantOut),
     *(
         Route(method, path, f"Console (HTML, signed in by a cookie): {what}", media=media,
               secured=False)

@@ -53,10 +53,11 @@ from shared.routing.modes import (
 from shared.routing.profiles import first_user_text, profiles
 from shared.runtime.deadlines import read_body
 from shared.runtime.service import Service
+from shared.store import quotas
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
 from shared.store.engine import STORE_ERRORS, not_the_store
-from shared.store.models import Adapter, Agent, Conversation, Trajectory
+from shared.store.models import Adapter, Agent, Conversation, Tenant, Trajectory
 from shared.store.tenants import hash_key, live_key
 
 log = get_logger(__name__)
@@ -105,10 +106,13 @@ API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
 
 @dataclass(frozen=True)
 class KeyView:
-    """A live API key, as the router keeps it: its row and tenant."""
+    """A live API key, as the router keeps it: its row and tenant, and the tenant's request
+    rate and burst (its quotas, else the router's; no rate: no limit)."""
 
     id: uuid.UUID
     tenant: str
+    rate: float | None = None
+    burst: int = 1
 
 
 @dataclass(frozen=True)
@@ -169,9 +173,7 @@ class RouterApp:
         self.recorder: Recorder | None = None
         """Writes answered turns (started with the service, which has the store)."""
         self.recent = Recent(cfg.recent_conversations)
-        self.limits = (
-            TenantLimits(cfg.tenant_rate, cfg.tenant_burst) if cfg.tenant_rate is not None else None
-        )
+        self.limits = TenantLimits()
         self.exchange: SpendingExchange | None = None
         """Shares `limits` with the deployment's other router processes (started with the
         service, which has the store's address)."""
@@ -253,14 +255,14 @@ class RouterApp:
             return error(401, "unknown or revoked API key", "authentication_error")
         tenant = key.tenant
         request[API_KEY_ID] = key.id
-        if self.limits is not None:
-            wait_s = self.limits.take(tenant)
+        if key.rate is not None:
+            wait_s = self.limits.take(tenant, key.rate, key.burst)
             if wait_s > 0:
                 if self.routed is not None:
                     self.routed.labels("-", "rate_limited").inc()
                 return error(
                     429,
-                    f"rate limit: {self.limits.rate:g} requests a second for this tenant",
+                    f"rate limit: {key.rate:g} requests a second for this tenant",
                     headers={"Retry-After": TenantLimits.retry_after(wait_s)},
                 )
         return tenant
@@ -275,11 +277,20 @@ class RouterApp:
         assert self.service is not None and self.service.store is not None
         async with self.service.store.cross_tenant() as session:
             row = await live_key(session, presented)
-        if row is None:
-            return None  # not cached: a key issued a moment later must work at once
-        key = KeyView(row.id, row.tenant_id)
+            if row is None:
+                return None  # not cached: a key issued a moment later must work at once
+            tenant = await session.get(Tenant, row.tenant_id)
+        try:
+            own = quotas.parse(tenant.quotas if tenant is not None else None)
+        except PermanentError as exc:  # set wrong by hand: the router's own limit holds
+            log.warning("a tenant's quotas are invalid", tenant=row.tenant_id, error=str(exc))
+            own = quotas.Quotas()
+        rate = own.requests_per_s or self.cfg.tenant_rate
+        burst = own.request_burst or self.cfg.tenant_burst
+        key = KeyView(row.id, row.tenant_id, rate, burst)
         if self.keys is not None:
-            self.keys.put(hashed, key, (("api_keys", str(row.id)),), generation, now)
+            rows = (("api_keys", str(row.id)), ("tenants", row.tenant_id))
+            self.keys.put(hashed, key, rows, generation, now)
         return key
 
     async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:
@@ -685,11 +696,11 @@ class RouterApp:
         assert service.store is not None
         self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit, spool=self.spool)
         self.recorder.start()
-        if self.limits is not None:
-            self.exchange = SpendingExchange(
-                asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self.limits
-            )
-            self.exchange.start()
+        # any tenant may be given a rate at any time (its quotas): always shared
+        self.exchange = SpendingExchange(
+            asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self.limits
+        )
+        self.exchange.start()
         if isinstance(self.mode, EmbeddingRouting):
             # loaded before the first request (the static table built on a first run, 10 s)
             await asyncio.to_thread(self.mode.warm)

@@ -1,12 +1,13 @@
-"""Per-tenant rate limits: a token bucket per tenant, refilled at `rate` requests a second up
-to `burst`. A request over the limit gets a 429 with `Retry-After` (the seconds until a token
-is back), before the router does any work for it.
+"""Per-tenant rate limits: a token bucket per tenant, refilled at its rate up to its burst (the
+tenant's own quotas, `requests_per_s` and `request_burst`, else the router's
+`RETRACE_ROUTER_TENANT_RATE` and `_BURST`). A request over the limit gets a 429 with
+`Retry-After` (the seconds until a token is back), before the router does any work for it.
 
 The limit is the tenant's across all router processes of a deployment: each process keeps
 its own buckets, tells the others what it let through (`SpendingExchange`, every
 `SHARE_INTERVAL_S`, over Postgres notifications: the router needs no NATS), and takes what
 they let through out of its own buckets. So several processes behind a balancer let a
-tenant through `rate` a second in all, give or take what they let through in the last
+tenant through its rate in all, give or take what they let through in the last
 interval (each process's `burst` at most); a process that cannot reach the others limits
 on its own, as one alone does."""
 
@@ -20,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import asyncpg
 
@@ -33,52 +35,76 @@ PAYLOAD_BYTES = 7000
 """Postgres takes notification payloads under 8,000 bytes: more tenants go in several."""
 
 
+class Spent(NamedTuple):
+    """Requests of a tenant one process let through, at the tenant's rate and burst."""
+
+    requests: int
+    rate: float
+    burst: int
+
+
 @dataclass
 class _Bucket:
     tokens: float
     updated: float
+    rate: float
+    burst: int
 
 
 @dataclass
 class TenantLimits:
-    rate: float
-    """Requests a second per tenant, sustained."""
-    burst: int
-    """Requests a tenant may make at once after being idle."""
+    """Each tenant's bucket, at the rate and burst its requests come with (its own quota, or
+    the router's default)."""
+
     clock: Callable[[], float] = time.monotonic
     _buckets: dict[str, _Bucket] = field(default_factory=dict)
     _unshared: dict[str, int] = field(default_factory=dict)
     """Requests let through since the other processes were last told, by tenant."""
 
-    def _bucket(self, tenant: str) -> _Bucket:
+    def _refilled(self, bucket: _Bucket) -> _Bucket:
         now = self.clock()
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = _Bucket(float(self.burst), now)
-        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) * self.rate)
+        elapsed = now - bucket.updated
+        bucket.tokens = min(float(bucket.burst), bucket.tokens + elapsed * bucket.rate)
         bucket.updated = now
         return bucket
 
-    def take(self, tenant: str) -> float:
-        """0.0 when the request may go on (a token is spent), else the seconds to wait."""
-        bucket = self._bucket(tenant)
+    def take(self, tenant: str, rate: float, burst: int) -> float:
+        """0.0 when the request may go on (a token is spent), else the seconds to wait;
+        `rate` requests a second, `burst` at once (a changed quota applies from now)."""
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = _Bucket(float(burst), self.clock(), rate, burst)
+        else:
+            self._refilled(bucket)
+            bucket.rate, bucket.burst = rate, burst
+            bucket.tokens = min(bucket.tokens, float(burst))
         if bucket.tokens >= 1.0:
             bucket.tokens -= 1.0
             self._unshared[tenant] = self._unshared.get(tenant, 0) + 1
             return 0.0
-        return (1.0 - bucket.tokens) / self.rate
+        return (1.0 - bucket.tokens) / rate
 
-    def unshared(self) -> dict[str, int]:
-        """The requests let through since the last call, by tenant (for the others)."""
+    def unshared(self) -> dict[str, Spent]:
+        """The requests let through since the last call, by tenant, with the tenant's rate
+        and burst (for the others, which may not have served it yet)."""
         spent, self._unshared = self._unshared, {}
-        return spent
+        return {
+            t: Spent(n, self._buckets[t].rate, self._buckets[t].burst) for t, n in spent.items()
+        }
 
-    def spent_elsewhere(self, tenant: str, requests: int) -> None:
-        """Another process let `requests` of the tenant's through: they come out of this
-        bucket too, down to one burst owed at most (so a tenant is never shut out for long
-        by a count this process heard late)."""
-        bucket = self._bucket(tenant)
-        bucket.tokens = max(-float(self.burst), bucket.tokens - requests)
+    def spent_elsewhere(self, tenant: str, spent: Spent) -> None:
+        """Another process let `spent.requests` of the tenant's through: they come out of
+        this bucket too (one at the tenant's rate and burst where this process has not
+        served it yet), down to one burst owed at most, so a tenant is never shut out for
+        long by a count this process heard late."""
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = _Bucket(
+                float(spent.burst), self.clock(), spent.rate, spent.burst
+            )
+        else:
+            self._refilled(bucket)
+        bucket.tokens = max(-float(bucket.burst), bucket.tokens - spent.requests)
 
     @staticmethod
     def retry_after(wait_s: float) -> str:
@@ -86,31 +112,39 @@ class TenantLimits:
         return str(max(1, math.ceil(wait_s)))
 
 
-def payloads(schema: str, sender: str, spent: dict[str, int]) -> list[str]:
-    """`spent` as notification payloads `<schema>:<sender>:<json>`, each under
-    `PAYLOAD_BYTES`."""
+def payloads(schema: str, sender: str, spent: dict[str, Spent]) -> list[str]:
+    """`spent` as notification payloads `<schema>:<sender>:<json>` (`{tenant: [requests,
+    rate, burst]}`), each under `PAYLOAD_BYTES`."""
     out: list[str] = []
-    part: dict[str, int] = {}
+    part: dict[str, list[float]] = {}
     head = f"{schema}:{sender}:"
-    for tenant, n in spent.items():
-        part[tenant] = n
+    for tenant, counted in spent.items():
+        part[tenant] = list(counted)
         if len(head) + len(json.dumps(part)) > PAYLOAD_BYTES:
             del part[tenant]
             out.append(head + json.dumps(part))
-            part = {tenant: n}
+            part = {tenant: list(counted)}
     if part:
         out.append(head + json.dumps(part))
     return out
 
 
-def parse(payload: str) -> tuple[str, str, dict[str, int]]:
+def parse(payload: str) -> tuple[str, str, dict[str, Spent]]:
     """(schema, sender, spent) of a payload; ValueError when it is not one."""
     schema, sender, body = payload.split(":", 2)
-    spent = json.loads(body)
-    if not isinstance(spent, dict) or not all(
-        isinstance(t, str) and type(n) is int and n > 0 for t, n in spent.items()
-    ):
-        raise ValueError(f"not a count of requests by tenant: {body[:100]!r}")
+    raw = json.loads(body)
+    if not isinstance(raw, dict):
+        raise ValueError(f"not requests by tenant: {body[:100]!r}")
+    spent: dict[str, Spent] = {}
+    for tenant, counted in raw.items():
+        match counted:
+            case [int(n), int() | float() as rate, int(burst)] if (
+                n > 0 and math.isfinite(rate) and rate > 0 and burst >= 1
+                and not any(isinstance(v, bool) for v in counted)
+            ):  # fmt: skip
+                spent[tenant] = Spent(n, float(rate), burst)
+            case _:
+                raise ValueError(f"not [requests, rate, burst] for {tenant!r}: {counted!r}")
     return schema, sender, spent
 
 
@@ -155,8 +189,8 @@ class SpendingExchange:
             return
         if schema != self.schema or sender == self.sender:
             return
-        for tenant, n in spent.items():
-            self.limits.spent_elsewhere(tenant, n)
+        for tenant, counted in spent.items():
+            self.limits.spent_elsewhere(tenant, counted)
 
     async def _run(self) -> None:
         delay = self.retry_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -184,6 +185,30 @@ class _Limit(click.ParamType):
         self.fail(f"{value!r} is not a whole number or 'none'", param, ctx)
 
 
+class _Rate(_Limit):
+    """A request rate: requests a second (a decimal), or `none` for the router's default."""
+
+    name = "R|none"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> object:
+        if value is None or isinstance(value, float) or value == UNLIMITED:
+            return value
+        text = str(value).strip().lower()
+        if text == "none":
+            return UNLIMITED
+        try:
+            rate = float(text)
+        except ValueError:
+            rate = math.nan
+        if not math.isfinite(rate) or rate <= 0:
+            self.fail(
+                f"{value!r} is not a positive number of requests a second or 'none'", param, ctx
+            )
+        return rate
+
+
 UNLIMITED = "none"
 
 
@@ -192,9 +217,21 @@ UNLIMITED = "none"
 @click.option("--max-agents", type=_Limit(), help="Agents it may have.")
 @click.option("--max-active-cycles", type=_Limit(), help="Cycles it may run at once.")
 @click.option("--max-cycles-per-day", type=_Limit(), help="Cycles it may start in 24 hours.")
-def tenant_quota(tenant_id: str, **given: int | str | None) -> None:
+@click.option(
+    "--requests-per-s",
+    type=_Rate(),
+    help="Chat requests a second through the router, all its processes together "
+    "(none: the router's RETRACE_ROUTER_TENANT_RATE).",
+)
+@click.option(
+    "--request-burst",
+    type=_Limit(),
+    help="Chat requests at once after a pause (none: RETRACE_ROUTER_TENANT_BURST).",
+)
+def tenant_quota(tenant_id: str, **given: float | int | str | None) -> None:
     """Show a tenant's quotas and usage; with options, change those named first (`none`: no
-    limit). A request over a quota is refused, saying which (the API answers 429)."""
+    limit, or the router's default for the request rate). A request over a quota is refused,
+    saying which (the API and the router answer 429)."""
     cfg = load_settings()
     changes = {name: None if v == UNLIMITED else v for name, v in given.items() if v is not None}
 
@@ -222,12 +259,15 @@ def tenant_quota(tenant_id: str, **given: int | str | None) -> None:
     for col in ("quota", "limit", "used"):
         table.add_column(col)
     for name, count in (
-        ("max_agents", used.agents),
-        ("max_active_cycles", used.active_cycles),
-        ("max_cycles_per_day", used.cycles_last_day),
+        ("max_agents", str(used.agents)),
+        ("max_active_cycles", str(used.active_cycles)),
+        ("max_cycles_per_day", str(used.cycles_last_day)),
+        ("requests_per_s", "-"),  # counted by the routers, in memory
+        ("request_burst", "-"),
     ):
         limit = getattr(limits, name)
-        table.add_row(name, "none" if limit is None else str(limit), str(count))
+        shown = "none" if limit is None else str(limit)
+        table.add_row(name, shown, count)
     console.print(table)
 
 

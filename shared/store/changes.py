@@ -1,9 +1,10 @@
 """Row changes announced by Postgres, for the caches that keep rows in memory.
 
-Migration 0007 has every update or delete of an API key, an agent or an adapter notify the
-channel `retrace_changes` with `<schema>:<table>:<id>` when its transaction commits, whichever
-code path made it. `ChangeFeed` holds one connection that listens and passes on each change
-in its own schema (a channel is shared by the whole database).
+Migrations 0007 and 0009 have every update or delete of an API key, an agent, an adapter or
+a tenant notify the channel `retrace_changes` with `<schema>:<table>:<id>` when its
+transaction commits, whichever code path made it. `ChangeFeed` holds one connection that
+listens and passes on each change in its own schema (a channel is shared by the whole
+database).
 
 A cache may serve from memory only while the feed is `live`: a feed that lost its connection
 would miss changes, so it says so at once, and when it listens again everything cached is

@@ -1,8 +1,10 @@
 """A tenant's quotas: how many agents it may have, cycles it may run at once and start in a
-day. Set by the operator (`retrace tenant quota`, `PUT /v1/admin/tenants/{id}/quotas`);
-unset means unlimited. They are checked where the thing is made, whichever path asked for
-it: an agent in `create_agent`, a cycle when the evaluator takes its request (the API also
-checks before publishing, to answer at once). Each check locks the tenant's row (FOR NO KEY
+day, and its chat requests a second through the router (`services/router/limits.py`). Set by
+the operator (`retrace tenant quota`, `PUT /v1/admin/tenants/{id}/quotas`); unset means
+unlimited (the request rate: the router's own default). They are checked where the thing is
+made, whichever path asked for it: an agent in `create_agent`, a cycle when the evaluator
+takes its request (the API also checks before publishing, to answer at once), a chat request
+when the router takes it. Each check of the first two locks the tenant's row (FOR NO KEY
 UPDATE: rows referencing the tenant are still inserted meanwhile), so two requests racing
 for the last unit are served one at a time."""
 
@@ -22,6 +24,8 @@ from shared.store.models import Agent, Cycle, Tenant
 
 DAY = timedelta(days=1)
 Limit = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None
+Rate = Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] | None
+Burst = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None
 
 
 class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -33,6 +37,12 @@ class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=Tr
     max_cycles_per_day: Limit = None
     """Cycles started in any 24 hours (those refused or cancelled before they started not
     counted)."""
+    requests_per_s: Rate = None
+    """Chat requests a second through the router, sustained, over all its processes (a 429
+    with Retry-After above); None: the router's `RETRACE_ROUTER_TENANT_RATE`."""
+    request_burst: Burst = None
+    """Chat requests at once after a pause, under `requests_per_s`; None: the router's
+    `RETRACE_ROUTER_TENANT_BURST`."""
 
 
 class Usage(msgspec.Struct, kw_only=True, frozen=True):

@@ -130,7 +130,8 @@ def test_agent_commands_without_the_control_api_say_how_to_start_it(
 
 def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None:
     """`tenant quota`: set, shown with usage, enforced on the next agent (one line naming the
-    quota), cleared with `none`; a quota that is not a number is a usage error."""
+    quota), cleared with `none`; a quota that is not a number is a usage error (a request
+    rate too: a positive number)."""
     assert cli(api, "tenant", "create", "acme").returncode == 0
     capped = cli(api, "tenant", "quota", "acme", "--max-agents", "1")
     assert capped.returncode == 0 and "max_agents" in capped.stdout, capped.stderr
@@ -148,6 +149,11 @@ def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None
     assert superscript.returncode == 2 and "Traceback" not in superscript.stderr
     assert cli(api, "tenant", "quota", "acme", "--max-agents", "none").returncode == 0
     assert cli(api, *agent[:2], "bot2", *agent[2:]).returncode == 0
+    rate = cli(api, "tenant", "quota", "acme", "--requests-per-s", "2.5", "--request-burst", "4")
+    assert rate.returncode == 0 and "2.5" in rate.stdout, rate.stderr
+    for wrong in ("-1", "0", "nan", "inf", "fast"):
+        bad = cli(api, "tenant", "quota", "acme", "--requests-per-s", wrong)
+        assert bad.returncode == 2 and "positive number" in bad.stderr, (wrong, bad.stderr)
 
 
 def test_deleting_an_agent_and_a_tenant(api: dict[str, str]) -> None:

@@ -216,7 +216,12 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=bad)
     assert status == 400 and "max_agents" in out["error"]["message"]
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=limits)
-    assert status == 200 and out["quotas"] == limits
+    assert status == 200 and out["quotas"] == {
+        **limits, "requests_per_s": None, "request_burst": None
+    }  # fmt: skip
+    for wrong in ({"requests_per_s": 0}, {"request_burst": 0}, {"requests_per_s": "fast"}):
+        status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=wrong)
+        assert status == 400 and next(iter(wrong)) in out["error"]["message"], out
     assert (await api.call("PUT", "/v1/admin/tenants/nobody/quotas", "admin", body={}))[0] == 404
     agent = {"name": "bot", "model": "m", "environment": "toolbox"}
     assert (await api.call("POST", "/v1/agents", body=agent))[0] == 201
@@ -227,7 +232,11 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
         0
     ] == 201
     status, mine = await api.call("GET", "/v1/quotas")
-    assert status == 200 and mine["quotas"] == limits
+    assert status == 200 and mine["quotas"] == {
+        **limits,
+        "requests_per_s": None,
+        "request_burst": None,
+    }
     assert mine["usage"] == {"agents": 1, "active_cycles": 0, "cycles_last_day": 0}
     # one cycle under way (the evaluator's row, played here): a second is over quota
     async with store.tenant("acme") as session:
@@ -255,7 +264,8 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
         assert 86_000 < int(r.headers["Retry-After"]) <= 86_401
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body={})
     assert status == 200 and out["quotas"] == {
-        "max_agents": None, "max_active_cycles": None, "max_cycles_per_day": None
+        "max_agents": None, "max_active_cycles": None, "max_cycles_per_day": None,
+        "requests_per_s": None, "request_burst": None,
     }  # fmt: skip
     assert (await api.call("POST", "/v1/agents/bot/cycles", body={}))[0] == 202
 

@@ -26,7 +26,7 @@ from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
 from shared.runtime.service import Service
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
-from shared.store import Store
+from shared.store import Store, quotas
 from shared.store.agents import create_agent
 from shared.store.models import Adapter, Agent, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
@@ -660,6 +660,54 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
             ) as r:
                 assert r.status == 200
         assert len(upstream.models) == 2  # the refused request never reached the model
+    finally:
+        service.stop()
+        await run
+        await server.close()
+
+
+async def test_a_tenant_s_own_rate_is_its_quota_and_a_change_applies_at_once(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """The operator sets one tenant's rate (`retrace tenant quota --requests-per-s`); the
+    router, with no rate of its own, holds that tenant to it and lets the others through,
+    and a raised quota is heard from Postgres (the key is kept in memory meanwhile)."""
+    keys = {}
+    for tenant in ("acme", "other"):
+        async with store.cross_tenant() as session:
+            await create_tenant(session, tenant)
+        async with store.tenant(tenant) as session:
+            keys[tenant] = await issue_api_key(session, tenant)
+            await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    async with store.cross_tenant() as session:
+        await quotas.set_quotas(
+            session, "acme", quotas.Quotas(requests_per_s=0.05, request_burst=2)
+        )
+    upstream = Upstream()
+    server = TestServer(upstream.app())
+    await server.start_server()
+    service, run, port = await _started(
+        service_cfg, ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"), mode="base"
+    )
+    url = f"http://127.0.0.1:{port}"
+    alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            statuses = [(await _chat(http, url, keys["acme"], alarm))[0] for _ in range(3)]
+            assert statuses == [200, 200, 429]
+            others = [(await _chat(http, url, keys["other"], alarm))[0] for _ in range(5)]
+            assert others == [200] * 5  # no rate of the router's own: no limit
+            async with store.cross_tenant() as session:
+                await quotas.set_quotas(
+                    session, "acme", quotas.Quotas(requests_per_s=1000.0, request_burst=50)
+                )
+
+            async def raised() -> bool:
+                return (await _chat(http, url, keys["acme"], alarm))[0] == 200
+
+            await eventually(raised, within=5)
+            statuses = [(await _chat(http, url, keys["acme"], alarm))[0] for _ in range(10)]
+            assert statuses == [200] * 10
     finally:
         service.stop()
         await run
