@@ -42,7 +42,7 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     """How long an agent's adapter profiles are cached (a promotion shows after this)."""
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
     """Largest request body (413 above)."""
-    tenant_rate: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    tenant_rate: Annotated[float, msgspec.Meta(ge=0.001, le=1_000_000)] | None = None
     """Requests a second each tenant may make, sustained, through all the deployment's router
     processes together (they tell each other what they let through, over Postgres
     notifications: `services/router/limits.py`); 429 with Retry-After above; None: no

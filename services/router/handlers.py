@@ -57,8 +57,8 @@ from shared.store import quotas
 from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
 from shared.store.engine import STORE_ERRORS, not_the_store
-from shared.store.models import Adapter, Agent, Conversation, Tenant, Trajectory
-from shared.store.tenants import hash_key, live_key
+from shared.store.models import Adapter, Agent, Conversation, Trajectory
+from shared.store.tenants import hash_key, live_key_and_quotas
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
@@ -276,12 +276,12 @@ class RouterApp:
         generation = self._generation()
         assert self.service is not None and self.service.store is not None
         async with self.service.store.cross_tenant() as session:
-            row = await live_key(session, presented)
-            if row is None:
-                return None  # not cached: a key issued a moment later must work at once
-            tenant = await session.get(Tenant, row.tenant_id)
+            found = await live_key_and_quotas(session, presented)
+        if found is None:
+            return None  # not cached: a key issued a moment later must work at once
+        row, stored = found
         try:
-            own = quotas.parse(tenant.quotas if tenant is not None else None)
+            own = quotas.parse(stored)
         except PermanentError as exc:  # set wrong by hand: the router's own limit holds
             log.warning("a tenant's quotas are invalid", tenant=row.tenant_id, error=str(exc))
             own = quotas.Quotas()

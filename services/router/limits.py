@@ -6,10 +6,12 @@ tenant's own quotas, `requests_per_s` and `request_burst`, else the router's
 The limit is the tenant's across all router processes of a deployment: each process keeps
 its own buckets, tells the others what it let through (`SpendingExchange`, every
 `SHARE_INTERVAL_S`, over Postgres notifications: the router needs no NATS), and takes what
-they let through out of its own buckets. So several processes behind a balancer let a
-tenant through its rate in all, give or take what they let through in the last
-interval (each process's `burst` at most); a process that cannot reach the others limits
-on its own, as one alone does."""
+they let through out of its own buckets. Every bucket then pays for every request let
+through anywhere, so together the processes let a tenant through its rate, give or take a
+burst each and what the others let through in the last interval before it was heard of
+(`tests/unit/test_router_limits.py` floods two and four processes). A process that cannot
+reach the others limits on its own, as one alone does, and what it let through meanwhile
+is not told late (it would shut the tenant out elsewhere for nothing)."""
 
 from __future__ import annotations
 
@@ -21,18 +23,26 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import asyncpg
 
 from shared.logging import get_logger
+from shared.store.quotas import MIN_RATE
 
 log = get_logger(__name__)
 
 CHANNEL = "retrace_router_spent"
+VERSION = 1
+"""Of the notifications' payload (a process ignores, with a warning, those of another)."""
 SHARE_INTERVAL_S = 0.25
+CHECK_S = 5.0
+"""With nothing to tell, the connection is tried this often (a dead one is replaced)."""
 PAYLOAD_BYTES = 7000
 """Postgres takes notification payloads under 8,000 bytes: more tenants go in several."""
+MAX_RETRY_AFTER_S = 86_400
+OWED_S = 10.0
+"""A bucket goes below empty by a burst and this many seconds of its rate at most."""
 
 
 class Spent(NamedTuple):
@@ -61,6 +71,15 @@ class TenantLimits:
     _unshared: dict[str, int] = field(default_factory=dict)
     """Requests let through since the other processes were last told, by tenant."""
 
+    def _owed_at_most(self, bucket: _Bucket) -> float:
+        """How far other processes' requests may take a bucket below empty: a burst and
+        `OWED_S` of the tenant's rate. Every count is then taken whole while the processes
+        hear each other (in an interval up to 40 processes let through no more than that
+        between them), so each bucket pays for every request let through anywhere and the
+        tenant's rate holds in all (a floor at one burst let four processes through 1.3
+        times the rate); the floor only bounds a wait if counts ever came in a heap."""
+        return bucket.burst + bucket.rate * OWED_S
+
     def _refilled(self, bucket: _Bucket) -> _Bucket:
         now = self.clock()
         elapsed = now - bucket.updated
@@ -77,7 +96,7 @@ class TenantLimits:
         else:
             self._refilled(bucket)
             bucket.rate, bucket.burst = rate, burst
-            bucket.tokens = min(bucket.tokens, float(burst))
+            bucket.tokens = max(-self._owed_at_most(bucket), min(bucket.tokens, float(burst)))
         if bucket.tokens >= 1.0:
             bucket.tokens -= 1.0
             self._unshared[tenant] = self._unshared.get(tenant, 0) + 1
@@ -95,8 +114,7 @@ class TenantLimits:
     def spent_elsewhere(self, tenant: str, spent: Spent) -> None:
         """Another process let `spent.requests` of the tenant's through: they come out of
         this bucket too (one at the tenant's rate and burst where this process has not
-        served it yet), down to one burst owed at most, so a tenant is never shut out for
-        long by a count this process heard late."""
+        served it yet)."""
         bucket = self._buckets.get(tenant)
         if bucket is None:
             bucket = self._buckets[tenant] = _Bucket(
@@ -104,55 +122,83 @@ class TenantLimits:
             )
         else:
             self._refilled(bucket)
-        bucket.tokens = max(-float(bucket.burst), bucket.tokens - spent.requests)
+        bucket.tokens = max(-self._owed_at_most(bucket), bucket.tokens - spent.requests)
+
+    def forget_full(self) -> None:
+        """Drop the buckets that have filled up again (the same as no bucket), so tenants
+        seen once are not kept for ever."""
+        now = self.clock()
+        full = [
+            t
+            for t, b in self._buckets.items()
+            if t not in self._unshared and b.tokens + (now - b.updated) * b.rate >= b.burst
+        ]
+        for tenant in full:
+            del self._buckets[tenant]
 
     @staticmethod
     def retry_after(wait_s: float) -> str:
-        """`Retry-After` in whole seconds, at least 1."""
-        return str(max(1, math.ceil(wait_s)))
+        """`Retry-After` in whole seconds, at least 1 (a day at most)."""
+        return str(max(1, min(MAX_RETRY_AFTER_S, math.ceil(wait_s))))
 
 
 def payloads(schema: str, sender: str, spent: dict[str, Spent]) -> list[str]:
-    """`spent` as notification payloads `<schema>:<sender>:<json>` (`{tenant: [requests,
-    rate, burst]}`), each under `PAYLOAD_BYTES`."""
+    """`spent` as notification payloads, JSON objects `{"v", "schema", "from", "spent":
+    {tenant: [requests, rate, burst]}}`, each under `PAYLOAD_BYTES`."""
+    head = json.dumps({"v": VERSION, "schema": schema, "from": sender, "spent": {}})[:-2]
     out: list[str] = []
-    part: dict[str, list[float]] = {}
-    head = f"{schema}:{sender}:"
+    entries: list[str] = []
+    size = len(head) + 2
     for tenant, counted in spent.items():
-        part[tenant] = list(counted)
-        if len(head) + len(json.dumps(part)) > PAYLOAD_BYTES:
-            del part[tenant]
-            out.append(head + json.dumps(part))
-            part = {tenant: list(counted)}
-    if part:
-        out.append(head + json.dumps(part))
+        entry = json.dumps({tenant: list(counted)})[1:-1]
+        if entries and size + len(entry) + 2 > PAYLOAD_BYTES:
+            out.append(head + ", ".join(entries) + "}}")
+            entries, size = [], len(head) + 2
+        entries.append(entry)
+        size += len(entry) + 2
+    if entries:
+        out.append(head + ", ".join(entries) + "}}")
     return out
 
 
 def parse(payload: str) -> tuple[str, str, dict[str, Spent]]:
-    """(schema, sender, spent) of a payload; ValueError when it is not one."""
-    schema, sender, body = payload.split(":", 2)
-    raw = json.loads(body)
-    if not isinstance(raw, dict):
-        raise ValueError(f"not requests by tenant: {body[:100]!r}")
+    """(schema, sender, spent) of a payload; ValueError when it is not one (of this
+    version)."""
+    try:
+        raw: Any = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("v") != VERSION:
+        raise ValueError(f"not a version {VERSION} count of requests: {payload[:100]!r}")
+    schema, sender, counts = raw.get("schema"), raw.get("from"), raw.get("spent")
+    if not isinstance(schema, str) or not isinstance(sender, str) or not isinstance(counts, dict):
+        raise ValueError(f"schema, from and spent missing: {payload[:100]!r}")
     spent: dict[str, Spent] = {}
-    for tenant, counted in raw.items():
-        match counted:
-            case [int(n), int() | float() as rate, int(burst)] if (
-                n > 0 and math.isfinite(rate) and rate > 0 and burst >= 1
-                and not any(isinstance(v, bool) for v in counted)
-            ):  # fmt: skip
-                spent[tenant] = Spent(n, float(rate), burst)
-            case _:
-                raise ValueError(f"not [requests, rate, burst] for {tenant!r}: {counted!r}")
+    for tenant, counted in counts.items():
+        spent[tenant] = _spent(tenant, counted)
     return schema, sender, spent
+
+
+def _spent(tenant: str, counted: object) -> Spent:
+    match counted:
+        case [int(n), int() | float() as rate, int(burst)] if (
+            0 < len(tenant) <= 63
+            and not any(isinstance(v, bool) for v in counted)
+            and n > 0
+            and burst >= 1
+            and MIN_RATE <= rate <= 1e9  # a huge int is refused here, not by float()
+        ):
+            return Spent(n, float(rate), burst)
+        case _:
+            raise ValueError(f"not [requests, rate, burst] for {tenant[:63]!r}: {counted!r}")
 
 
 class SpendingExchange:
     """Tells the other router processes of the schema what `limits` let through, and takes
     what they let through out of it: one connection that listens on `CHANNEL` and notifies
-    on it every `interval_s` (nothing when nothing was let through). Reconnects with
-    backoff; while it cannot, the process limits alone."""
+    on it every `interval_s` (nothing when nothing was let through; the connection tried
+    every `CHECK_S` then). Reconnects with backoff; meanwhile the process limits alone,
+    and what it let through then is not told."""
 
     def __init__(
         self,
@@ -184,7 +230,7 @@ class SpendingExchange:
     def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
             schema, sender, spent = parse(payload)
-        except ValueError as exc:  # json's errors are ValueErrors too
+        except ValueError as exc:
             log.warning("a rate-limit notification that is not one; ignored", error=str(exc))
             return
         if schema != self.schema or sender == self.sender:
@@ -203,19 +249,15 @@ class SpendingExchange:
                     server_settings={"application_name": f"retrace-rate-limits/{self.schema}"[:63]},
                 )
                 await conn.add_listener(CHANNEL, self._heard)
+                self.limits.unshared()  # let through while deaf: not told late
                 self.live = True
                 delay = self.retry_s
-                while True:
-                    await asyncio.sleep(self.interval_s)
-                    for payload in payloads(self.schema, self.sender, self.limits.unshared()):
-                        await asyncio.wait_for(
-                            conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload),
-                            10 * self.interval_s + 1,
-                        )
+                log.info("sharing rate limits with the other router processes")
+                await self._share(conn)
             except Exception as exc:  # noqa: BLE001  whatever broke it, connect again
-                if self.live:
-                    log.warning("rate limits no longer shared; limiting alone", error=repr(exc))
-                self.live = False
+                log.warning(
+                    "rate limits not shared; limiting alone", error=repr(exc), retry_in_s=delay
+                )
             finally:
                 self.live = False
                 if conn is not None:
@@ -223,3 +265,26 @@ class SpendingExchange:
                         await conn.close(timeout=2)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+
+    async def _share(self, conn: asyncpg.Connection) -> None:
+        """Every interval, what was let through; the connection tried when there was nothing
+        to tell for `CHECK_S`; full buckets forgotten every `CHECK_S`. Returns only by an
+        error."""
+        idle = since_pruned = 0.0
+        while True:
+            await asyncio.sleep(self.interval_s)
+            idle += self.interval_s
+            since_pruned += self.interval_s
+            told = payloads(self.schema, self.sender, self.limits.unshared())
+            for payload in told:
+                await asyncio.wait_for(
+                    conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload), CHECK_S
+                )
+            if told:
+                idle = 0.0
+            elif idle >= CHECK_S:  # a dead connection shows here
+                await asyncio.wait_for(conn.execute("SELECT 1"), CHECK_S)
+                idle = 0.0
+            if since_pruned >= CHECK_S:
+                self.limits.forget_full()
+                since_pruned = 0.0

@@ -266,7 +266,8 @@ def tenant_quota(tenant_id: str, **given: float | int | str | None) -> None:
         ("request_burst", "-"),
     ):
         limit = getattr(limits, name)
-        shown = "none" if limit is None else str(limit)
+        unset = "default" if name.startswith("request") else "none"  # the router's own
+        shown = unset if limit is None else str(limit)
         table.add_row(name, shown, count)
     console.print(table)
 

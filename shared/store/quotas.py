@@ -24,7 +24,9 @@ from shared.store.models import Agent, Cycle, Tenant
 
 DAY = timedelta(days=1)
 Limit = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None
-Rate = Annotated[float, msgspec.Meta(gt=0, le=1_000_000)] | None
+MIN_RATE = 0.001
+"""The lowest request rate a tenant may be given (one request in about 17 minutes)."""
+Rate = Annotated[float, msgspec.Meta(ge=MIN_RATE, le=1_000_000)] | None
 Burst = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None
 
 
@@ -157,6 +159,9 @@ async def set_quotas(session: AsyncSession, tenant_id: str, quotas: Quotas) -> T
     tenant = await session.get(Tenant, tenant_id)
     if tenant is None:
         raise PermanentError(f"no tenant {tenant_id!r}")
-    tenant.quotas = msgspec.to_builtins(quotas, order="deterministic")
+    # the limits set only: a process of the version before, during an upgrade, reads them
+    # as long as none of its unknown fields is set
+    set_ = msgspec.to_builtins(quotas, order="deterministic")
+    tenant.quotas = {name: limit for name, limit in set_.items() if limit is not None}
     await session.flush()
     return tenant

@@ -6,6 +6,7 @@ import hashlib
 import secrets
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -81,6 +82,19 @@ async def live_key(session: AsyncSession, key: str) -> ApiKey | None:
     return await session.scalar(
         select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
     )
+
+
+async def live_key_and_quotas(session: AsyncSession, key: str) -> tuple[ApiKey, Any] | None:
+    """The live key row a presented key is, with its tenant's stored quotas (one query; a
+    cross-tenant session), or None."""
+    found = (
+        await session.execute(
+            select(ApiKey, Tenant.quotas)
+            .join(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+        )
+    ).first()
+    return (found[0], found[1]) if found is not None else None
 
 
 async def tenant_for_key(session: AsyncSession, key: str) -> str | None:

@@ -291,10 +291,8 @@ async def test_turns_taken_back_from_the_spool_stop_counting_once_written(
 
 
 async def _tenant_index_reads(store: Store) -> int:
-    """Index entries read so far through the conversations' tenant indexes (this
-    connection's counts flushed first)."""
-    async with store.cross_tenant() as session:
-        await session.execute(text("SELECT pg_stat_force_next_flush()"))
+    """Index entries read so far through the conversations' tenant indexes (as counted when
+    the last transaction ended)."""
     async with store.cross_tenant() as session:
         await session.execute(text("SELECT pg_stat_clear_snapshot()"))
         reads = await session.scalar(
@@ -305,6 +303,14 @@ async def _tenant_index_reads(store: Store) -> int:
             )
         )
         return int(reads or 0)
+
+
+async def _written_and_counted(store: Store, answered: Answered) -> None:
+    """`answered` written, its connection's counts of index reads flushed when it commits
+    (a backend sends them on its own only now and then)."""
+    async with store.tenant("acme") as session:
+        await write_batch(session, "acme", [answered])
+        await session.execute(text("SELECT pg_stat_force_next_flush()"))
 
 
 async def test_moving_conversations_on_reads_their_rows_only_after_the_table_grew(
@@ -339,11 +345,9 @@ async def test_moving_conversations_on_reads_their_rows_only_after_the_table_gre
             {"agent": agent},
         )
     first, second = _turns("acme", agent, "late", 2)
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", [first])
+    await _written_and_counted(store, first)
     before = await _tenant_index_reads(store)
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", [second])
+    await _written_and_counted(store, second)
     assert await _tenant_index_reads(store) - before < 100
     rows = await _conversations(store, "acme")
     assert rows[second.turn.conversation_id].tip == second.tip

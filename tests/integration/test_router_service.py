@@ -584,7 +584,7 @@ async def test_keys_agents_and_adapters_are_read_once_then_kept_until_they_chang
 
     url, key, upstream, _ = router
     reads: collections.Counter[str] = collections.Counter()
-    real_key, real_agent = handlers.live_key, handlers.get_agent
+    real_key, real_agent = handlers.live_key_and_quotas, handlers.get_agent
 
     async def counted_key(*args: Any) -> Any:
         reads["key"] += 1
@@ -594,7 +594,7 @@ async def test_keys_agents_and_adapters_are_read_once_then_kept_until_they_chang
         reads["agent"] += 1
         return await real_agent(*args)
 
-    monkeypatch.setattr(handlers, "live_key", counted_key)
+    monkeypatch.setattr(handlers, "live_key_and_quotas", counted_key)
     monkeypatch.setattr(handlers, "get_agent", counted_agent)
     alarm = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
     body = {"model": "bot", "messages": alarm}
@@ -692,6 +692,9 @@ async def test_a_tenant_s_own_rate_is_its_quota_and_a_change_applies_at_once(
     url = f"http://127.0.0.1:{port}"
     alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
     try:
+        # the router hears Postgres: the key (and the rate with it) is kept in memory, so
+        # only the tenant's row announcing its change can bring the new rate in
+        await eventually(lambda: _listening(service), within=10)
         async with aiohttp.ClientSession() as http:
             statuses = [(await _chat(http, url, keys["acme"], alarm))[0] for _ in range(3)]
             assert statuses == [200, 200, 429]
@@ -754,6 +757,12 @@ async def test_two_routers_hold_a_tenant_to_one_rate_between_them(
             service.stop()
             await run
         await server.close()
+
+
+async def _listening(service: Service) -> bool:
+    """Whether a router hears Postgres announce row changes (it keeps rows in memory)."""
+    app = service.routes.__self__  # type: ignore[union-attr]
+    return app._feed is not None and app._feed.live
 
 
 async def _sharing(services: list[Service]) -> bool:
