@@ -414,9 +414,16 @@ async def test_a_cancelled_job_stops_at_its_next_step_and_its_cycle_hears_it(
 
         await eventually(pending_ended, within=60)
         assert "step" not in ((await job(pending_id)).config.get("progress") or {})
-        failed = await emitted(bus, f"{service_cfg.nats.stream_prefix}_EVENTS", TrainingFailed)
-        assert sorted(str(m.job_id) for m in failed) == sorted([str(job_id), str(pending_id)])  # type: ignore[attr-defined]
-        assert all("cancel" in m.reason for m in failed)  # type: ignore[attr-defined]
+        failed: list[Any] = []
+
+        async def both_failed() -> bool:  # each job's row is written before its event goes
+            failed[:] = await emitted(
+                bus, f"{service_cfg.nats.stream_prefix}_EVENTS", TrainingFailed
+            )
+            return sorted(str(m.job_id) for m in failed) == sorted([str(job_id), str(pending_id)])
+
+        await eventually(both_failed, within=10)
+        assert all("cancel" in m.reason for m in failed)
         assert await dead_letters(bus) == []
         async with store.tenant("acme") as session:
             assert list(await session.scalars(select(Adapter))) == []
