@@ -16,7 +16,6 @@ is not told late (it would shut the tenant out elsewhere for nothing)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import time
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from shared.logging import get_logger
+from shared.store.listening import Listening
 from shared.store.quotas import MIN_RATE
 
 log = get_logger(__name__)
@@ -193,7 +193,7 @@ def _spent(tenant: str, counted: object) -> Spent:
             raise ValueError(f"not [requests, rate, burst] for {tenant[:63]!r}: {counted!r}")
 
 
-class SpendingExchange:
+class SpendingExchange(Listening):
     """Tells the other router processes of the schema what `limits` let through, and takes
     what they let through out of it: one connection that listens on `CHANNEL` and notifies
     on it every `interval_s` (nothing when nothing was let through; the connection tried
@@ -209,25 +209,13 @@ class SpendingExchange:
         interval_s: float = SHARE_INTERVAL_S,
         retry_s: float = 1.0,
     ) -> None:
-        self.dsn = dsn
+        super().__init__(dsn, CHANNEL, f"retrace-rate-limits/{schema}", retry_s=retry_s)
         self.schema = schema
         self.limits = limits
         self.interval_s = interval_s
-        self.retry_s = retry_s
         self.sender = uuid.uuid4().hex[:12]
-        self.live = False
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="rate-limit-exchange")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.live = False
-
-    def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def heard(self, payload: str) -> None:
         try:
             schema, sender, spent = parse(payload)
         except ValueError as exc:
@@ -238,38 +226,18 @@ class SpendingExchange:
         for tenant, counted in spent.items():
             self.limits.spent_elsewhere(tenant, counted)
 
-    async def _run(self) -> None:
-        delay = self.retry_s
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(
-                    self.dsn,
-                    timeout=10,
-                    server_settings={"application_name": f"retrace-rate-limits/{self.schema}"[:63]},
-                )
-                await conn.add_listener(CHANNEL, self._heard)
-                self.limits.unshared()  # let through while deaf: not told late
-                self.live = True
-                delay = self.retry_s
-                log.info("sharing rate limits with the other router processes")
-                await self._share(conn)
-            except Exception as exc:  # noqa: BLE001  whatever broke it, connect again
-                log.warning(
-                    "rate limits not shared; limiting alone", error=repr(exc), retry_in_s=delay
-                )
-            finally:
-                self.live = False
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    def listening(self) -> None:
+        self.limits.unshared()  # let through while deaf: not told late
+        log.info("sharing rate limits with the other router processes")
 
-    async def _share(self, conn: asyncpg.Connection) -> None:
+    def lost(self, exc: BaseException, retry_in_s: float) -> None:
+        log.warning(
+            "rate limits not shared; limiting alone", error=repr(exc), retry_in_s=retry_in_s
+        )
+
+    async def serve(self, conn: asyncpg.Connection) -> None:
         """Every interval, what was let through; the connection tried when there was nothing
-        to tell for `CHECK_S`; full buckets forgotten every `CHECK_S`. Returns only by an
-        error."""
+        to tell for `CHECK_S`; full buckets forgotten every `CHECK_S`."""
         idle = since_pruned = 0.0
         while True:
             await asyncio.sleep(self.interval_s)

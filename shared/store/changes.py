@@ -17,7 +17,6 @@ in flight is never kept.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
@@ -25,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from shared.logging import get_logger
+from shared.store.listening import Listening
 
 log = get_logger(__name__)
 CHANNEL = "retrace_changes"
@@ -42,7 +42,7 @@ def asyncpg_dsn(sqlalchemy_url: Any) -> str:
     return str(url.render_as_string(hide_password=False))
 
 
-class ChangeFeed:
+class ChangeFeed(Listening):
     """Listens on `retrace_changes` and calls `on_change(table, id)` for each change, and
     `on_change(None, None)` when every cached row must be forgotten (a reconnect)."""
 
@@ -55,66 +55,37 @@ class ChangeFeed:
         check_s: float = 5.0,
         retry_s: float = 1.0,
     ) -> None:
-        self.dsn = dsn
+        super().__init__(dsn, CHANNEL, f"{APPLICATION}/{schema}", retry_s=retry_s)
         self.schema = schema
-        self.application_name = f"{APPLICATION}/{schema}"[:63]
         self.on_change = on_change
         self.check_s = check_s
-        self.retry_s = retry_s
-        self.live = False
         self.generation = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="change-feed")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.live = False
 
     def _changed(self, table: str | None, row: str | None) -> None:
         self.generation += 1
         self.on_change(table, row)
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def heard(self, payload: str) -> None:
         schema, _, rest = payload.partition(":")
         if schema != self.schema:
             return
         table, _, row = rest.partition(":")
         self._changed(table, row)
 
-    async def _run(self) -> None:
-        delay = self.retry_s
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(
-                    self.dsn,
-                    timeout=10,
-                    server_settings={"application_name": self.application_name},
-                )
-                await conn.add_listener(CHANNEL, self._notified)
-                self._changed(None, None)  # what was cached while deaf may be stale
-                self.live = True
-                delay = self.retry_s
-                log.info("listening for row changes")
-                while True:  # a dead connection shows on the next check
-                    await asyncio.sleep(self.check_s)
-                    await asyncio.wait_for(conn.execute("SELECT 1"), self.check_s)
-            except Exception as exc:  # noqa: BLE001  whatever broke it, listen again
-                if self.live:
-                    log.warning("row change feed lost; caches bypassed", error=repr(exc))
-                self.live = False
-                self.generation += 1
-            finally:
-                self.live = False
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close(timeout=2)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    def listening(self) -> None:
+        self._changed(None, None)  # what was cached while deaf may be stale
+        log.info("listening for row changes")
+
+    async def serve(self, conn: asyncpg.Connection) -> None:
+        while True:  # a dead connection shows on the next check
+            await asyncio.sleep(self.check_s)
+            await asyncio.wait_for(conn.execute("SELECT 1"), self.check_s)
+
+    def lost(self, exc: BaseException, retry_in_s: float) -> None:
+        if self.live:
+            log.warning("row change feed lost; caches bypassed", error=repr(exc))
+        self.live = False
+        self.generation += 1
 
 
 class RowCache(Generic[K, V]):

@@ -670,19 +670,23 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
         await server.close()
 
 
+async def _tenant_with_bot(store: Store, tenant: str) -> str:
+    """A tenant with an agent `bot`; its key."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, tenant)
+    async with store.tenant(tenant) as session:
+        key = await issue_api_key(session, tenant)
+        await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    return key
+
+
 async def test_a_tenant_s_own_rate_is_its_quota_and_a_change_applies_at_once(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
     """The operator sets one tenant's rate (`retrace tenant quota --requests-per-s`); the
     router, with no rate of its own, holds that tenant to it and lets the others through,
     and a raised quota is heard from Postgres (the key is kept in memory meanwhile)."""
-    keys = {}
-    for tenant in ("acme", "other"):
-        async with store.cross_tenant() as session:
-            await create_tenant(session, tenant)
-        async with store.tenant(tenant) as session:
-            keys[tenant] = await issue_api_key(session, tenant)
-            await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    keys = {tenant: await _tenant_with_bot(store, tenant) for tenant in ("acme", "other")}
     async with store.cross_tenant() as session:
         await quotas.set_quotas(
             session, "acme", quotas.Quotas(requests_per_s=0.05, request_burst=2)
@@ -727,11 +731,7 @@ async def test_two_routers_hold_a_tenant_to_one_rate_between_them(
     """Rate limits were counted per router process: behind a balancer each let the tenant
     through its whole rate. Now what one lets through comes out of the other's bucket (over
     Postgres notifications, within a quarter second)."""
-    async with store.cross_tenant() as session:
-        await create_tenant(session, "acme")
-    async with store.tenant("acme") as session:
-        key = await issue_api_key(session, "acme")
-        await create_agent(session, "bot", model="smollm2", environment="toolbox")
+    key = await _tenant_with_bot(store, "acme")
     upstream = Upstream()
     server = TestServer(upstream.app())
     await server.start_server()
