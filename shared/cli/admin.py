@@ -171,42 +171,37 @@ class _Limit(click.ParamType):
     """A quota: a whole number, or `none` for no limit."""
 
     name = "N|none"
+    wrong = "is not a whole number or 'none'"
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> object:
-        if value is None or isinstance(value, int) or value == UNLIMITED:
-            return value
+        if value is None or isinstance(value, (int, float)) or value == UNLIMITED:
+            return value  # a default, or converted already
         text = str(value).strip().lower()
         if text == "none":
             return UNLIMITED
-        if text.isascii() and text.isdigit():
-            return int(text)
-        self.fail(f"{value!r} is not a whole number or 'none'", param, ctx)
+        number = self.number(text)
+        if number is None:
+            self.fail(f"{value!r} {self.wrong}", param, ctx)
+        return number
+
+    def number(self, text: str) -> int | float | None:
+        return int(text) if text.isascii() and text.isdigit() else None
 
 
 class _Rate(_Limit):
     """A request rate: requests a second (a decimal), or `none` for the router's default."""
 
     name = "R|none"
+    wrong = "is not a positive number of requests a second or 'none'"
 
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> object:
-        if value is None or isinstance(value, float) or value == UNLIMITED:
-            return value
-        text = str(value).strip().lower()
-        if text == "none":
-            return UNLIMITED
+    def number(self, text: str) -> int | float | None:
         try:
             rate = float(text)
         except ValueError:
-            rate = math.nan
-        if not math.isfinite(rate) or rate <= 0:
-            self.fail(
-                f"{value!r} is not a positive number of requests a second or 'none'", param, ctx
-            )
-        return rate
+            return None
+        return rate if math.isfinite(rate) and rate > 0 else None
 
 
 UNLIMITED = "none"
