@@ -87,16 +87,21 @@ class TenantLimits:
         bucket.updated = now
         return bucket
 
-    def take(self, tenant: str, rate: float, burst: int) -> float:
-        """0.0 when the request may go on (a token is spent), else the seconds to wait;
-        `rate` requests a second, `burst` at once (a changed quota applies from now)."""
+    def _bucket(self, tenant: str, rate: float, burst: int) -> _Bucket:
+        """The tenant's bucket refilled to now; a full one at `rate` and `burst` where it
+        has none."""
         bucket = self._buckets.get(tenant)
         if bucket is None:
             bucket = self._buckets[tenant] = _Bucket(float(burst), self.clock(), rate, burst)
-        else:
-            self._refilled(bucket)
-            bucket.rate, bucket.burst = rate, burst
-            bucket.tokens = max(-self._owed_at_most(bucket), min(bucket.tokens, float(burst)))
+            return bucket
+        return self._refilled(bucket)
+
+    def take(self, tenant: str, rate: float, burst: int) -> float:
+        """0.0 when the request may go on (a token is spent), else the seconds to wait;
+        `rate` requests a second, `burst` at once (a changed quota applies from now)."""
+        bucket = self._bucket(tenant, rate, burst)
+        bucket.rate, bucket.burst = rate, burst
+        bucket.tokens = max(-self._owed_at_most(bucket), min(bucket.tokens, float(burst)))
         if bucket.tokens >= 1.0:
             bucket.tokens -= 1.0
             self._unshared[tenant] = self._unshared.get(tenant, 0) + 1
@@ -115,23 +120,16 @@ class TenantLimits:
         """Another process let `spent.requests` of the tenant's through: they come out of
         this bucket too (one at the tenant's rate and burst where this process has not
         served it yet)."""
-        bucket = self._buckets.get(tenant)
-        if bucket is None:
-            bucket = self._buckets[tenant] = _Bucket(
-                float(spent.burst), self.clock(), spent.rate, spent.burst
-            )
-        else:
-            self._refilled(bucket)
+        bucket = self._bucket(tenant, spent.rate, spent.burst)
         bucket.tokens = max(-self._owed_at_most(bucket), bucket.tokens - spent.requests)
 
     def forget_full(self) -> None:
         """Drop the buckets that have filled up again (the same as no bucket), so tenants
         seen once are not kept for ever."""
-        now = self.clock()
         full = [
             t
             for t, b in self._buckets.items()
-            if t not in self._unshared and b.tokens + (now - b.updated) * b.rate >= b.burst
+            if t not in self._unshared and self._refilled(b).tokens >= b.burst
         ]
         for tenant in full:
             del self._buckets[tenant]

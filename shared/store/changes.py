@@ -84,7 +84,6 @@ class ChangeFeed(Listening):
     def lost(self, exc: BaseException, retry_in_s: float) -> None:
         if self.live:
             log.warning("row change feed lost; caches bypassed", error=repr(exc))
-        self.live = False
         self.generation += 1
 
 

@@ -77,11 +77,14 @@ async def revoke_api_key(session: AsyncSession, prefix: str) -> ApiKey:
     return live[0]
 
 
+def _presented(key: str) -> Any:
+    """The live (unrevoked) key row a presented key is."""
+    return (ApiKey.key_hash == hash_key(key)) & ApiKey.revoked_at.is_(None)
+
+
 async def live_key(session: AsyncSession, key: str) -> ApiKey | None:
     """The live (unrevoked) key row a presented key is, or None (a cross-tenant session)."""
-    return await session.scalar(
-        select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
-    )
+    return await session.scalar(select(ApiKey).where(_presented(key)))
 
 
 async def live_key_and_quotas(session: AsyncSession, key: str) -> tuple[ApiKey, Any] | None:
@@ -91,7 +94,7 @@ async def live_key_and_quotas(session: AsyncSession, key: str) -> tuple[ApiKey, 
         await session.execute(
             select(ApiKey, Tenant.quotas)
             .join(Tenant, Tenant.id == ApiKey.tenant_id)
-            .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+            .where(_presented(key))
         )
     ).first()
     return (found[0], found[1]) if found is not None else None
