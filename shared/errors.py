@@ -17,6 +17,14 @@ connections) surface as RetryableError or any other exception: the runtime retri
 
 from __future__ import annotations
 
+import msgspec
+
+UNDECODABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+"""What decoding JSON from outside can raise: msgspec's DecodeError for malformed JSON and its
+ValidationError (a DecodeError) for the wrong shape, but UnicodeDecodeError for a string that
+is not UTF-8 and RecursionError for nesting deeper than it follows. Catch all three wherever
+bytes from a client, a file, a bus message or a model are decoded."""
+
 
 class RetraceError(Exception):
     """Base of every error retrace raises on purpose."""

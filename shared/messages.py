@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
-from shared.errors import ContractError
+from shared.errors import UNDECODABLE, ContractError
 
 Split = Literal["train", "test"]
 Purpose = Literal["diagnose", "evaluate", "calibrate", "adhoc"]
@@ -290,12 +290,12 @@ def decode(data: bytes, contract: type[Contract]) -> Contract:
     """Decode and validate a payload; any mismatch is a ContractError saying where."""
     try:
         return msgspec.json.decode(data, type=contract)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ContractError(f"{contract.kind()} v{contract.VERSION}: {exc}") from exc
     except RecursionError as exc:
         # Deeply nested JSON (even in an ignored field) exhausts the decoder's stack: it is a
         # malformed payload like any other, to be dead-lettered rather than crash the consumer.
         raise ContractError(f"{contract.kind()} v{contract.VERSION}: nested too deeply") from exc
+    except UNDECODABLE as exc:
+        raise ContractError(f"{contract.kind()} v{contract.VERSION}: {exc}") from exc
 
 
 for _c in (

@@ -33,7 +33,7 @@ from services.router.limits import SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
 from shared import embeddings
-from shared.errors import PermanentError
+from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
 from shared.llm.errors_http import json_errors, openai_error
@@ -556,7 +556,7 @@ class RouterApp:
             parsed = msgspec.json.decode(payload)
             reply = parsed["choices"][0]["message"]
             usage = parsed.get("usage") or {}
-        except (msgspec.DecodeError, KeyError, IndexError, TypeError, AttributeError):
+        except (*UNDECODABLE, KeyError, IndexError, TypeError, AttributeError):
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
         headers = self._answered(
@@ -729,7 +729,7 @@ class RouterApp:
         tenant, raw = authorized
         try:
             fb = msgspec.json.decode(raw, type=Feedback)
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE as exc:
             return error(400, f"invalid feedback: {exc}")
         if fb.reward is None and fb.success is None:
             return error(400, "feedback needs `reward` (0..1) or `success` (bool)")
@@ -768,7 +768,7 @@ def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> w
         found = msgspec.json.decode(payload)["error"]
         message = str(found["message"] if isinstance(found, dict) else found)
         kind = found.get("type") if isinstance(found, dict) else None
-    except (msgspec.DecodeError, KeyError, TypeError, IndexError):
+    except (*UNDECODABLE, KeyError, TypeError, IndexError):
         message = payload.decode(errors="replace").strip()
         kind = None
     if status == 429:

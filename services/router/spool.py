@@ -27,6 +27,7 @@ from typing import IO
 import msgspec
 
 from services.router.recorder import Answered
+from shared.errors import UNDECODABLE
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -135,7 +136,7 @@ def _read(path: Path) -> list[Answered]:
             continue
         try:
             turns.append(_decoder.decode(line))
-        except msgspec.DecodeError as exc:
+        except UNDECODABLE as exc:
             log.error(
                 "spooled turn unreadable; skipped", file=str(path), line=number, error=str(exc)
             )

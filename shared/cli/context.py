@@ -14,7 +14,7 @@ from rich.console import Console
 
 from shared.config import ServiceConfig, load_config
 from shared.embedded import ensure_nats, ensure_postgres, postgres_running, stop_postgres
-from shared.errors import ConfigError
+from shared.errors import UNDECODABLE, ConfigError
 from shared.store import Store
 from shared.store.migrate import upgrade_async
 
@@ -65,7 +65,7 @@ def read_state(cfg: ServiceConfig) -> RunState | None:
         return None
     try:
         return msgspec.json.decode(path.read_bytes(), type=RunState)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except UNDECODABLE:
         return None
 
 

@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from shared.cli.context import read_state
 from shared.config import ServiceConfig, load_config
-from shared.errors import ConfigError
+from shared.errors import UNDECODABLE, ConfigError
 from shared.runtime.http import ACTING_FOR
 from shared.store.tenants import KEY_PREFIX
 
@@ -148,7 +148,7 @@ class ControlApi:
             ) from exc
         try:
             answer = msgspec.json.decode(raw) if raw else None
-        except msgspec.DecodeError:
+        except UNDECODABLE:
             answer = None
         if status >= 400:
             message = _message(answer) or raw.decode(errors="replace")[:300]

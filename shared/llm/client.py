@@ -11,7 +11,7 @@ import msgspec
 
 from shared.config import ModelConfig
 from shared.envs.protocol import Message, ToolCall, ToolCallFunction
-from shared.errors import PermanentError, RetryableError
+from shared.errors import UNDECODABLE, PermanentError, RetryableError
 from shared.llm.openai_types import (
     ChatRequest,
     ChatResponse,
@@ -108,7 +108,7 @@ class LLMClient:
         raw = await with_retry(self.chat_retry, lambda: self._post("/chat/completions", body))
         try:
             response = msgspec.json.decode(raw, type=ChatResponse)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except UNDECODABLE as exc:
             raise LLMError(f"unreadable chat response: {exc}") from exc
         return _normalise(response, offered_tools(request))
 
@@ -118,7 +118,7 @@ class LLMClient:
         raw = await with_retry(self.chat_retry, lambda: self._post("/completions", body))
         try:
             return msgspec.json.decode(raw, type=CompletionResponse)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except UNDECODABLE as exc:
             raise LLMError(f"unreadable completion response: {exc}") from exc
 
     async def models(self) -> list[str]:
@@ -154,7 +154,7 @@ class LLMClient:
 def _error_text(data: bytes) -> str:
     try:
         return str(msgspec.json.decode(data)["error"]["message"])
-    except (msgspec.DecodeError, KeyError, TypeError):
+    except (*UNDECODABLE, KeyError, TypeError):
         return data[:500].decode("utf-8", errors="replace")
 
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 import msgspec
 
 from shared.envs.protocol import Message
-from shared.errors import PermanentError
+from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.client import LLMClient
 from shared.llm.openai_types import ChatRequest, ResponseFormat
 from shared.logging import get_logger
@@ -64,13 +64,13 @@ def decode_json(reply: str, type_: type[T]) -> T:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
         raise MalformedReply(f"wrong JSON shape: {exc}") from exc
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE as exc:
         leading = _leading_object(body)
         if leading is None:
             raise MalformedReply(f"not valid JSON: {exc}") from exc
     try:
         return msgspec.json.decode(leading, type=type_)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except UNDECODABLE as exc:
         raise MalformedReply(f"wrong JSON shape: {exc}") from exc
 
 

@@ -25,7 +25,8 @@ from prometheus_client import (
 
 from shared import openapi
 from shared.envs.protocol import ToolCall, ToolCallFunction
-from shared.llm.errors_http import carries_key, json_errors, openai_error
+from shared.errors import UNDECODABLE
+from shared.llm.errors_http import json_errors, openai_error
 from shared.llm.openai_types import (
     ChatRequest,
     ChatResponse,
@@ -47,6 +48,7 @@ from shared.llm.openai_types import (
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
 from shared.runtime.deadlines import BODY_TIMEOUT_S, read_body
+from shared.serving.access import ModelAccess, OutsideStore
 from shared.serving.constrain import Grammar, for_request
 from shared.serving.engine import Delta, Engine, Output
 from shared.serving.openapi import ServerHealth, model_server_openapi
@@ -82,10 +84,6 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return openai_error(500, "internal error (logged by the model server)", "server_error")
 
 
-OPEN_PATHS = frozenset({"/healthz", "/health", "/openapi.json"})
-"""What the model server answers without its key: whether it is up."""
-ADMIN_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
-"""What changes the adapters every caller is served: the admin key's, when there is one."""
 MAX_BODY_BYTES = 4 << 20
 """Largest request body (413 above): far more text than any context window served here holds,
 and a 20 MB body blocked the event loop for 47 s (issue 14)."""
@@ -104,16 +102,8 @@ class ModelServer:
         admin_key: str | None = None,
         adapter_dirs: Sequence[Path] | None = None,
     ) -> None:
-        self.api_key = api_key
-        """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
-        self.admin_key = admin_key
-        """When set, loading and unloading adapters need it instead of `api_key`: a caller
-        that only chats cannot change what every tenant is served."""
-        self.adapter_dirs = (
-            tuple(Path(d).resolve() for d in adapter_dirs) if adapter_dirs is not None else None
-        )
-        """The directories adapters load from (the artifact store); a path outside them is
-        refused whether it exists or not. None: any path (a server in a test's process)."""
+        self.access = ModelAccess(api_key, admin_key, adapter_dirs)
+        """Its key, its admin key and where adapters load from (`shared.serving.access`)."""
         self.engine = engine
         self.prompts = prompts
         self.served_name = served_name
@@ -152,7 +142,7 @@ class ModelServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[json_errors, self.authorized, errors],
+            middlewares=[json_errors, self.access.authorized, errors],
             client_max_size=self.max_body_bytes,
         )
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -166,32 +156,13 @@ class ModelServer:
         openapi.serve(app, model_server_openapi())
         return app
 
-    @web.middleware
-    async def authorized(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """The server's key on every route but health: without it, anyone who reached the
-        port could chat with any tenant's adapter, list them with their paths, load any path
-        or unload every adapter (issue 14)."""
-        if request.path in OPEN_PATHS:
-            return await handler(request)
-        if self.admin_key is not None and request.path in ADMIN_PATHS:
-            if not carries_key(request, self.admin_key):
-                return openai_error(
-                    401 if not request.headers.get("Authorization") else 403,
-                    "loading and unloading adapters needs this model server's admin key",
-                    "permission_error",
-                )
-            return await handler(request)
-        if self.api_key is not None and not carries_key(request, self.api_key):
-            return openai_error(401, "this model server needs its key as a bearer token")
-        return await handler(request)
-
     async def _decode(self, request: web.Request, kind: type[T]) -> T:
         """The request's body as `kind`: a 400 saying what is wrong, a 408 when it does not
         arrive within the body timeout."""
         body = await read_body(request, self.body_timeout_s)
         try:
             return msgspec.json.decode(body, type=kind)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except UNDECODABLE as exc:
             raise ApiError(400, f"invalid request: {exc}") from exc
 
     # -- chat -------------------------------------------------------------------------------
@@ -432,18 +403,10 @@ class ModelServer:
             raise ApiError(400, "an adapter cannot take the base model's name")
         if req.lora_name in self.engine.adapters:
             raise ApiError(400, f"adapter {req.lora_name!r} is already loaded")
-        path = Path(req.lora_path)
-        if self.adapter_dirs is not None:
-            # resolved (links followed) before the check; the same answer whether or not the
-            # path exists, so the server tells nothing of its files outside the store
-            path = await asyncio.to_thread(path.resolve)
-            if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
-                raise ApiError(
-                    403,
-                    "adapters load only from this server's adapter directories "
-                    "(the artifact store)",
-                    "permission_error",
-                )
+        try:
+            path = await self.access.adapter_path(req.lora_path)
+        except OutsideStore as exc:
+            raise ApiError(403, exc.message, "permission_error") from exc
         if not (path / "adapter_config.json").exists():
             raise ApiError(400, f"no PEFT adapter at {path} (adapter_config.json missing)")
         try:

@@ -408,6 +408,15 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
                 assert r.content_type == "application/json", (what, await r.text())
                 body = await r.json()
                 assert r.status == 400 and body["error"]["code"] == 400, (what, body)
+        # feedback's one string is its keys: one that is not UTF-8 was a 500 (msgspec raises
+        # UnicodeDecodeError there, not its DecodeError)
+        async with http.post(
+            f"{url}/v1/feedback",
+            data=b'{"conversation_id": "%s", "\xff": true}' % str(uuid.uuid4()).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        ) as r:
+            body = await r.json()
+            assert r.status == 400 and "invalid feedback" in body["error"]["message"], body
     assert upstream.models == []  # none reached the model server
 
 

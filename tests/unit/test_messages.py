@@ -155,6 +155,38 @@ def test_any_json_decodes_or_raises_contract_error(
     assert type(message) is contract
 
 
+NOT_UTF8 = (
+    st.binary(min_size=1, max_size=8)
+    .map(lambda b: b.replace(b'"', b"").replace(b"\\", b""))
+    .filter(lambda b: not _utf8(b))
+)
+"""Bytes that are not UTF-8 and cannot end the JSON string they are put in."""
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@given(contract_classes, st.data())
+def test_bytes_that_are_not_utf8_in_a_field_are_contract_errors(
+    contract: type[Contract], data: st.DataObject
+) -> None:
+    """A valid payload with one of its fields a string holding bytes that are not UTF-8
+    (arbitrary bytes alone are never JSON with a string in it, so the tests above did not
+    reach this: msgspec raises UnicodeDecodeError there, not its DecodeError). A field the
+    contract does not have is skipped unread, like any unknown field."""
+    base = data.draw(payloads(contract))
+    key = data.draw(st.sampled_from(sorted(base)))
+    mark = "\u2603placeholder\u2603"
+    payload = msgspec.json.encode({**base, key: mark}).replace(mark.encode(), data.draw(NOT_UTF8))
+    with pytest.raises(ContractError):
+        decode(payload, contract)
+
+
 @pytest.mark.parametrize(
     "payload",
     [
@@ -164,6 +196,8 @@ def test_any_json_decodes_or_raises_contract_error(
         b'"rollout"',
         b"{",
         b"\xff\xfe",
+        b'{"request_id": "\xff"}',  # not UTF-8 inside a string: msgspec's UnicodeDecodeError
+        b'{"\xc3": 1}',  # a key cut mid-character
         b"[" * 100_000,
         b'{"x":' * 100_000,
         b'{"sampling":' * 100_000,

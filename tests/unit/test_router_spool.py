@@ -68,7 +68,10 @@ def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path:
     path = Spool(tmp_path).put([_turn("one", True), _turn("two", False)])
     (tmp_path / "x.partial").write_text("{not json")
     lines = path.read_bytes().splitlines()
-    path.write_bytes(lines[0] + b"\n{broken\n" + lines[1] + b"\n")
+    # a torn line, and a byte the disk got wrong inside a string (not UTF-8: msgspec raised
+    # UnicodeDecodeError there, not its DecodeError, and the router failed to start)
+    not_utf8 = lines[0].replace(b"one", b"\xff\xfe")
+    path.write_bytes(lines[0] + b"\n{broken\n" + not_utf8 + b"\n" + lines[1] + b"\n")
     [(_, back)] = Spool(tmp_path).claim()
     assert [t.messages[0]["content"] for t in back] == ["one", "two"]
 

@@ -25,6 +25,7 @@ import msgspec
 
 from shared.envs.protocol import Message
 from shared.envs.synthetic.spec import Capability, InvalidSpecError
+from shared.errors import UNDECODABLE
 
 DERIVED: Literal["derived"] = "derived"
 
@@ -66,7 +67,7 @@ class DerivedSpec(msgspec.Struct, kw_only=True, frozen=True):
 def decode_derived(raw: bytes | str) -> DerivedSpec:
     try:
         spec = msgspec.json.decode(raw, type=DerivedSpec)
-    except msgspec.DecodeError as exc:
+    except UNDECODABLE as exc:
         raise InvalidSpecError(f"malformed derived spec: {exc}") from exc
     problems = []
     if not spec.task_ids:

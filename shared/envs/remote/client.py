@@ -30,7 +30,7 @@ from shared.envs.remote.wire import (
     StepResponse,
     TaskList,
 )
-from shared.errors import PermanentError, RetryableError
+from shared.errors import UNDECODABLE, PermanentError, RetryableError
 from shared.retry import RetryPolicy, with_retry
 
 T = TypeVar("T")
@@ -164,7 +164,7 @@ def _decoded(url: str, status: int, text: str, answer: type[T]) -> T:
         raise EnvironmentProtocolError(f"{url} refused the request ({status}): {_quote(text)}")
     try:
         return msgspec.json.decode(text, type=answer)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except UNDECODABLE as exc:
         raise EnvironmentProtocolError(
             f"{url} answered {status} with a body that is not a {answer.__name__} ({exc}): "
             f"{_quote(text)}"

@@ -33,6 +33,7 @@ from shared.envs.remote.wire import (
     TaskList,
     WireTask,
 )
+from shared.errors import UNDECODABLE
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -161,7 +162,7 @@ async def _decode(request: web.Request, kind: type[Any]) -> Any:
     raw = await request.read()
     try:
         return msgspec.json.decode(raw, type=kind)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except UNDECODABLE as exc:
         raise _ProtocolError(400, "invalid_request", f"not a {kind.__name__}: {exc}") from None
 
 

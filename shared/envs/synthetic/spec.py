@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from shared.errors import PermanentError
+from shared.errors import UNDECODABLE, PermanentError
 
 SPEC_VERSION = 1
 """The spec version this interpreter runs."""
@@ -174,5 +174,5 @@ def decode(raw: bytes | str) -> SyntheticSpec:
     """A spec from JSON; a wrong shape is an `InvalidSpecError`."""
     try:
         return msgspec.json.decode(raw, type=SyntheticSpec)
-    except msgspec.DecodeError as exc:  # ValidationError is one
+    except UNDECODABLE as exc:
         raise InvalidSpecError(f"malformed spec: {exc}") from exc

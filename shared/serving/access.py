@@ -1,0 +1,77 @@
+"""Who may call a model server, and what it may load: the rules `retrace serve-model` and
+`retrace model-gate` (in front of vLLM) both hold. One model server serves every tenant's
+adapters, so it is retrace's own service: its key is the services', a separate admin key
+changes what is loaded, and adapters load from the artifact store only (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from shared.llm.errors_http import carries_key, openai_error
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OPEN_PATHS = frozenset({"/healthz", "/health", "/openapi.json"})
+"""What a model server answers without its key: whether it is up."""
+ADMIN_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
+"""What changes the adapters every caller is served: the admin key's, when there is one."""
+
+
+class OutsideStore(Exception):
+    """An adapter path outside the directories adapters may load from."""
+
+    message = "adapters load only from this server's adapter directories (the artifact store)"
+
+
+class ModelAccess:
+    def __init__(
+        self,
+        api_key: str | None = None,
+        admin_key: str | None = None,
+        adapter_dirs: Sequence[Path] | None = None,
+    ) -> None:
+        self.api_key = api_key
+        """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
+        self.admin_key = admin_key
+        """When set, loading and unloading adapters need it instead of `api_key`: a caller
+        that only chats cannot change what every tenant is served."""
+        self.adapter_dirs = (
+            tuple(Path(d).resolve() for d in adapter_dirs) if adapter_dirs is not None else None
+        )
+        """The directories adapters load from (the artifact store); a path outside them is
+        refused whether it exists or not. None: any path (a server in a test's process)."""
+
+    @web.middleware
+    async def authorized(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The server's key on every route but health: without it, anyone who reached the
+        port could chat with any tenant's adapter, list them with their paths, load any path
+        or unload every adapter (issue 14)."""
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        if self.admin_key is not None and request.path in ADMIN_PATHS:
+            if not carries_key(request, self.admin_key):
+                return openai_error(
+                    401 if not request.headers.get("Authorization") else 403,
+                    "loading and unloading adapters needs this model server's admin key",
+                    "permission_error",
+                )
+            return await handler(request)
+        if self.api_key is not None and not carries_key(request, self.api_key):
+            return openai_error(401, "this model server needs its key as a bearer token")
+        return await handler(request)
+
+    async def adapter_path(self, given: str) -> Path:
+        """`given` with its links resolved, when it lies beneath an adapter directory;
+        `OutsideStore` otherwise, with the same answer whether or not the path exists, so
+        the server tells nothing of its files outside the store."""
+        path = Path(given)
+        if self.adapter_dirs is None:
+            return path
+        path = await asyncio.to_thread(path.resolve)
+        if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
+            raise OutsideStore(OutsideStore.message)
+        return path
