@@ -32,7 +32,7 @@ from shared.cli.envs import env
 from shared.cli.failures import unreachable
 from shared.cli.improve import improve, report
 from shared.cli.rollout import rollout
-from shared.cli.serve import serve_model
+from shared.cli.serve import model_gate, serve_model
 from shared.cli.status import Report, collect
 from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
 from shared.cli.synthesize import synthesize
@@ -291,6 +291,7 @@ for command in (
     report,
     demo,
     serve_model,
+    model_gate,
     migrate,
     tenant,
     agent,

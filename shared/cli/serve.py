@@ -1,9 +1,11 @@
-"""`retrace serve-model`: the embedded OpenAI-compatible model server."""
+"""`retrace serve-model`, the embedded OpenAI-compatible model server, and `retrace
+model-gate`, its rules in front of vLLM."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -16,6 +18,56 @@ from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 UNSET_KEY = "EMPTY"
 """What clients send when `RETRACE_MODEL_API_KEY` is unset (the OpenAI SDK's placeholder)."""
+
+
+def _access_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options `serve-model` and `model-gate` share: who may call, what may be loaded,
+    how long a client may take."""
+    for option in reversed(_ACCESS_OPTIONS):
+        command = option(command)
+    return command
+
+
+_ACCESS_OPTIONS = [
+    click.option(
+        "--api-key",
+        envvar="RETRACE_MODEL_API_KEY",
+        default=None,
+        help="Bearer token every route but /healthz requires (the variable the services send it "
+        "from; `retrace up` generates one). Unset: no key, for a port only you can reach.",
+    ),
+    click.option(
+        "--admin-key",
+        envvar="RETRACE_MODEL_ADMIN_KEY",
+        default=None,
+        help="Bearer token loading and unloading adapters requires instead of --api-key (the "
+        "services send it from this variable; `retrace up` generates one). Unset: --api-key does.",
+    ),
+    click.option(
+        "--adapter-dir",
+        "adapter_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="A directory adapters may be loaded from; repeat for more. Default: the artifact "
+        "store (RETRACE_STORAGE_ARTIFACT_DIR, else <data dir>/artifacts). A path outside is "
+        "refused (403), whether it exists or not.",
+    ),
+    click.option(
+        "--idle-timeout",
+        default=IDLE_TIMEOUT_S,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        help="Seconds a connection may hold no whole request (idle, or sending its headers) "
+        "before it is closed.",
+    ),
+    click.option(
+        "--body-timeout",
+        default=BODY_TIMEOUT_S,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        help="Seconds a request body may take to arrive (408 after).",
+    ),
+]
 
 
 @click.command("serve-model")
@@ -47,44 +99,7 @@ UNSET_KEY = "EMPTY"
 @click.option(
     "--threads", default=None, type=int, help="torch CPU threads (default: torch's choice)."
 )
-@click.option(
-    "--api-key",
-    envvar="RETRACE_MODEL_API_KEY",
-    default=None,
-    help="Bearer token every route but /healthz requires (the variable the services send it "
-    "from; `retrace up` generates one). Unset: no key, for a port only you can reach.",
-)
-@click.option(
-    "--admin-key",
-    envvar="RETRACE_MODEL_ADMIN_KEY",
-    default=None,
-    help="Bearer token loading and unloading adapters requires instead of --api-key (the "
-    "services send it from this variable; `retrace up` generates one). Unset: --api-key does.",
-)
-@click.option(
-    "--adapter-dir",
-    "adapter_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A directory adapters may be loaded from; repeat for more. Default: the artifact "
-    "store (RETRACE_STORAGE_ARTIFACT_DIR, else <data dir>/artifacts). A path outside is "
-    "refused (403), whether it exists or not.",
-)
-@click.option(
-    "--idle-timeout",
-    default=IDLE_TIMEOUT_S,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds a connection may hold no whole request (idle, or sending its headers) "
-    "before it is closed.",
-)
-@click.option(
-    "--body-timeout",
-    default=BODY_TIMEOUT_S,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds a request body may take to arrive (408 after).",
-)
+@_access_options
 def serve_model(
     model: str,
     served_name: str | None,
@@ -109,13 +124,7 @@ def serve_model(
         ) from exc
     cfg = load_settings()
     configure_logging(cfg.log.level, cfg.log.format)
-    keyed = bool(api_key) and api_key != UNSET_KEY
-    if not keyed and not _loopback(host):
-        raise click.UsageError(
-            f"refusing to serve on {host} without a key: whoever reaches that address could "
-            "chat with every tenant's adapters and change them. Set --api-key "
-            "(RETRACE_MODEL_API_KEY), or serve on 127.0.0.1."
-        )
+    api_key = _key_for(host, api_key)
     serve_cfg = ServeConfig(
         model=model,
         served_name=served_name,
@@ -125,7 +134,7 @@ def serve_model(
         batch_window_ms=batch_window_ms,
         kv_cache_mb=kv_cache_mb,
         threads=threads,
-        api_key=api_key if keyed else None,
+        api_key=api_key,
         admin_key=admin_key or None,
         adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
         idle_timeout_s=idle_timeout,
@@ -135,6 +144,68 @@ def serve_model(
         asyncio.run(serve(serve_cfg))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@click.command("model-gate")
+@click.option(
+    "--upstream",
+    required=True,
+    help="The engine's OpenAI base URL (vLLM: http://vllm:8000/v1). Keep the engine where only "
+    "the gate reaches it: its own key guards its /v1 routes only.",
+)
+@click.option(
+    "--upstream-key",
+    envvar="RETRACE_MODEL_UPSTREAM_KEY",
+    default=None,
+    help="The engine's own key (vLLM's --api-key), which the gate alone holds.",
+)
+@click.option("--host", envvar="RETRACE_HTTP_HOST", default="127.0.0.1", show_default=True)
+@click.option("--port", envvar="RETRACE_HTTP_PORT", default=8000, show_default=True)
+@_access_options
+def model_gate(
+    upstream: str,
+    upstream_key: str | None,
+    host: str,
+    port: int,
+    api_key: str | None,
+    admin_key: str | None,
+    adapter_dirs: tuple[Path, ...],
+    idle_timeout: float,
+    body_timeout: float,
+) -> None:
+    """Serve the model server's API and rules in front of vLLM: the services' key on every
+    route but health, the admin key to load and unload adapters, adapters from the artifact
+    store only, and none of vLLM's other routes."""
+    from shared.serving.gate import GateConfig, serve_gate
+
+    if not upstream.startswith(("http://", "https://")):
+        raise click.BadParameter("an http:// or https:// URL", param_hint="--upstream")
+    cfg = load_settings()
+    configure_logging(cfg.log.level, cfg.log.format)
+    gate_cfg = GateConfig(
+        upstream=upstream,
+        upstream_key=upstream_key or None,
+        host=host,
+        port=port,
+        api_key=_key_for(host, api_key),
+        admin_key=admin_key or None,
+        adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
+        idle_timeout_s=idle_timeout,
+        body_timeout_s=body_timeout,
+    )
+    asyncio.run(serve_gate(gate_cfg))
+
+
+def _key_for(host: str, api_key: str | None) -> str | None:
+    """The key a model server on `host` requires; none only on a loopback address."""
+    keyed = bool(api_key) and api_key != UNSET_KEY
+    if not keyed and not _loopback(host):
+        raise click.UsageError(
+            f"refusing to serve on {host} without a key: whoever reaches that address could "
+            "chat with every tenant's adapters and change them. Set --api-key "
+            "(RETRACE_MODEL_API_KEY), or serve on 127.0.0.1."
+        )
+    return api_key if keyed else None
 
 
 def _loopback(host: str) -> bool:

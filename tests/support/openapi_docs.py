@@ -11,12 +11,13 @@ from typing import Any
 from services.api.openapi import api_openapi
 from services.router.openapi import router_openapi
 from shared.envs.remote.wire import openapi as environment_openapi
-from shared.serving.openapi import model_server_openapi
+from shared.serving.openapi import model_gate_openapi, model_server_openapi
 
 DOCUMENTS: dict[str, Callable[[], dict[str, Any]]] = {
     "openapi-router.json": router_openapi,
     "openapi-api.json": api_openapi,
     "openapi-model-server.json": model_server_openapi,
+    "openapi-model-gate.json": model_gate_openapi,
     "environment-http.json": environment_openapi,
 }
 

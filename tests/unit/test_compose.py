@@ -44,7 +44,10 @@ EXPECTED_PORTS = {
 }
 ARTIFACT_DIR = "/var/lib/retrace/artifacts"
 ARTIFACT_USERS = {"train", "router", "evaluator"}
+ARTIFACT_READERS = {"vllm", "model-gate"}
+"""Read the store, never write it: vllm loads adapters from it, the gate resolves their paths."""
 GPU_PROFILE_SERVICES = {"vllm", "train-gpu"}
+GATE_COMMAND = "retrace model-gate --upstream http://vllm:8000/v1"
 NATS_PASSWORD = "${RETRACE_NATS_PASSWORD:-retrace-local-nats}"
 
 # Go-style durations, as Compose reads them ("10s", "1m30s", "500ms").
@@ -241,7 +244,7 @@ def test_compose_runs_only_known_services(services: dict[str, dict[str, Any]]) -
         if runs is not None:
             assert runs in known, f"{name} runs unknown module services.{runs}"
         elif _is_project_image(svc):
-            assert _command(svc) == "retrace migrate", f"{name}: unexpected command"
+            assert _command(svc) in ("retrace migrate", GATE_COMMAND), f"{name}: unexpected command"
 
 
 def test_each_service_runs_once_in_the_default_profile(services: dict[str, dict[str, Any]]):
@@ -318,8 +321,16 @@ def test_every_retrace_variable_is_a_real_setting(services: dict[str, dict[str, 
         for field in msgspec.structs.fields(block.type):
             known.add(f"RETRACE_{block.name}_{field.name}".upper())
     for name, svc in services.items():
-        unknown = {k for k in _env(svc) if k.startswith("RETRACE_")} - known - _own(_runs(svc))
+        own = _gate_variables() if _command(svc) == GATE_COMMAND else _own(_runs(svc))
+        unknown = {k for k in _env(svc) if k.startswith("RETRACE_")} - known - own
         assert not unknown, f"{name} sets variables no service reads: {sorted(unknown)}"
+
+
+def _gate_variables() -> set[str]:
+    """The variables `retrace model-gate` reads: its options'."""
+    from shared.cli.serve import model_gate
+
+    return {p.envvar for p in model_gate.params if isinstance(p.envvar, str)}
 
 
 def _own(service: str | None) -> set[str]:
@@ -349,21 +360,21 @@ def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:
         isinstance(p, dict) and p.get("target") == 8080 and p.get("published") == 8080
         for p in ports
     ), ports
-    # Only the public APIs (the router, the control API) and vllm publish ports.
+    # Only the public APIs (the router, the control API) and the model gate publish ports.
     for name, svc in services.items():
         if svc.get("ports"):
-            assert name in {"router", "api", "vllm"}, f"{name} publishes {svc['ports']}"
+            assert name in {"router", "api", "model-gate"}, f"{name} publishes {svc['ports']}"
 
 
 def test_artifact_volume_is_shared(compose: dict[str, Any], services: dict[str, Any]) -> None:
-    users = {n for n, s in services.items() if _runs(s) in ARTIFACT_USERS} | {"vllm"}
+    users = {n for n, s in services.items() if _runs(s) in ARTIFACT_USERS} | ARTIFACT_READERS
     sources = set()
     for name in users:
         mount = _volume_mounts(services[name]).get(ARTIFACT_DIR)
         assert mount is not None, f"{name} does not mount {ARTIFACT_DIR}"
         source, read_only = mount
         sources.add(source)
-        assert read_only == (name == "vllm"), f"{name}: read_only={read_only}"
+        assert read_only == (name in ARTIFACT_READERS), f"{name}: read_only={read_only}"
     assert len(sources) == 1, sources
     assert sources <= set(compose.get("volumes") or {}), "artifacts must be a named volume"
 
@@ -403,13 +414,41 @@ def test_vllm_serves_runtime_loras(services: dict[str, dict[str, Any]]) -> None:
     assert "Qwen/Qwen2.5-Coder-0.5B-Instruct" in cmd
     assert f"--served-model-name ${{RETRACE_VLLM_SERVED_NAME:-{DEFAULT_AGENT_MODEL}}}" in cmd
     assert _env(vllm).get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True"
-    # on the host's loopback only, and keyed with the key every service sends
-    assert [str(p) for p in vllm.get("ports") or []] == ["127.0.0.1:8000:8000"]
+
+
+def test_vllm_is_reached_through_the_gate_only(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """Issue 14: vllm's key guards its /v1 routes only, it has no admin key and it loads
+    LoRA from any path it reads. It publishes no port and shares its network with the gate
+    alone; the gate alone holds its key; the services reach the gate with the model
+    server's key and admin key."""
+    vllm, gate = services["vllm"], services["model-gate"]
+    assert not vllm.get("ports") and vllm["networks"] == ["engine"]
+    assert "engine" in compose["networks"]
+    on_engine = {n for n, s in services.items() if "engine" in (s.get("networks") or [])}
+    assert on_engine == {"vllm", "model-gate"}
+    assert sorted(gate["networks"]) == ["default", "engine"]
+    assert [str(p) for p in gate.get("ports") or []] == ["127.0.0.1:8000:8000"]
+    assert _profiles(gate) == {"gpu"} and _depends_on(gate) == {"vllm": "service_healthy"}
+    vllm_key = "${RETRACE_VLLM_KEY:-retrace-local-vllm-key}"
+    assert f"--api-key {vllm_key}" in _command(vllm)
+    for name, svc in services.items():
+        holds = vllm_key in json.dumps(_env(svc)) or vllm_key in _command(svc)
+        assert holds == (name in {"vllm", "model-gate"}), name
+    assert _env(gate)["RETRACE_MODEL_UPSTREAM_KEY"] == vllm_key
     key = "${RETRACE_MODEL_API_KEY:-retrace-local-model-key}"
-    assert f"--api-key {key}" in cmd
+    admin = "${RETRACE_MODEL_ADMIN_KEY:-retrace-local-model-admin-key}"
+    assert _env(gate)["RETRACE_MODEL_API_KEY"] == key
+    assert _env(gate)["RETRACE_MODEL_ADMIN_KEY"] == admin
     for name, svc in services.items():
         if _env(svc).get("RETRACE_MODEL_URL"):
+            assert (
+                _env(svc)["RETRACE_MODEL_URL"] == "${RETRACE_MODEL_URL:-http://model-gate:8000/v1}"
+            )
             assert _env(svc).get("RETRACE_MODEL_API_KEY") == key, name
+            assert _env(svc).get("RETRACE_MODEL_ADMIN_KEY") == admin, name
+    assert _depends_on(services["train-gpu"])["model-gate"] == "service_healthy"
 
 
 def test_train_gpu_builds_the_train_extra(services: dict[str, dict[str, Any]]) -> None:

@@ -21,6 +21,7 @@ from shared.envs.remote.server import environment_app
 from shared.openapi import undocumented
 from shared.runtime.http import build_app
 from shared.serving.api import ModelServer
+from shared.serving.gate import GateConfig, ModelGate
 from tests.support.openapi_docs import DOCUMENTS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -49,6 +50,10 @@ def _model_server_app() -> web.Application:
     return ModelServer(engine, prompts=None, served_name="m", max_context=8, api_key="k").app()  # type: ignore[arg-type]
 
 
+def _model_gate_app() -> web.Application:
+    return ModelGate(GateConfig(upstream="http://127.0.0.1:9/v1", api_key="k")).app()
+
+
 def _environment_app() -> web.Application:
     from retrace_hotel_desk.env import HotelDesk
 
@@ -61,6 +66,7 @@ def _environment_app() -> web.Application:
         (_router_app, "openapi-router.json"),
         (_api_app, "openapi-api.json"),
         (_model_server_app, "openapi-model-server.json"),
+        (_model_gate_app, "openapi-model-gate.json"),
         (_environment_app, "environment-http.json"),
     ],
 )

