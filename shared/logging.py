@@ -28,7 +28,11 @@ def configure_logging(
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(),
+            # a frame's locals hold keys, request bodies and model output: never in a log
+            exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
+        )
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

@@ -58,7 +58,7 @@ from services.api.schema import (
 )
 from shared.cycle import ENDED, REQUEST, State, allowed
 from shared.envs.registry import available, canonical, get_environment, open_environment
-from shared.errors import PermanentError, RetryableError
+from shared.errors import UNDECODABLE, PermanentError, RetryableError
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.logging import get_logger
 from shared.messages import CycleCompleted, CycleRequested, CycleSettings
@@ -138,7 +138,7 @@ async def body(request: web.Request, kind: type[T]) -> T:
     raw = await request.read()
     try:
         return msgspec.json.decode(raw, type=kind)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+    except UNDECODABLE as exc:
         raise Refused(400, f"invalid request body: {str(exc)[:500]}") from None
 
 

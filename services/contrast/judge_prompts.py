@@ -147,7 +147,7 @@ def _result(content: str) -> str:
     """A tool result, `ERROR ...` when it is the ToolBox's `{"error": ...}` object."""
     try:
         body = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict) and set(body) == {"error"}:
         return f"ERROR {_clip(_flat(str(body['error'])), RESULT_CHARS)}"

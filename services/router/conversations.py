@@ -38,7 +38,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return raw
     return raw
 

@@ -807,7 +807,7 @@ def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]
     try:
         chunk = json.loads(data)
         delta = chunk["choices"][0].get("delta") or {}
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+    except (json.JSONDecodeError, RecursionError, KeyError, IndexError, TypeError):
         return
     if delta.get("content"):
         content.append(delta["content"])

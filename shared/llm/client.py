@@ -123,7 +123,10 @@ class LLMClient:
 
     async def models(self) -> list[str]:
         raw = await with_retry(ADMIN_RETRY, lambda: self._request("GET", "/models", None))
-        return [card["id"] for card in msgspec.json.decode(raw)["data"]]
+        try:
+            return [str(card["id"]) for card in msgspec.json.decode(raw)["data"]]
+        except (*UNDECODABLE, KeyError, TypeError) as exc:
+            raise LLMError(f"unreadable model list: {exc!r}") from exc
 
     async def load_adapter(self, name: str, path: str) -> None:
         body = msgspec.json.encode({"lora_name": name, "lora_path": path})

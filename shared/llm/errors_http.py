@@ -53,9 +53,11 @@ def openai_error(
 
 
 def carries_key(request: web.Request, key: str) -> bool:
-    """Whether the request's bearer token is `key` (compared in constant time)."""
+    """Whether the request's bearer token is `key` (compared in constant time). A header that
+    is not UTF-8 (aiohttp keeps its bytes as surrogates) is compared as the bytes it was, so it
+    is a wrong key, not a 500 whose traceback names the key."""
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(given.encode(), key.encode())
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), key.encode())
 
 
 @web.middleware

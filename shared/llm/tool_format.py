@@ -130,7 +130,7 @@ def _fenced(text: str, declared: frozenset[str]) -> Iterator[Found]:
         body = match.group(2).strip()
         try:
             obj = json.loads(body)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             if _names_declared(body, declared):
                 yield match.span(), [_parse_call(body)]
             continue
@@ -199,7 +199,7 @@ def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
         start = min(starts)
         try:
             obj, end = _DECODER.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             position = start + 1
             continue
         yield start, end, obj
@@ -239,6 +239,8 @@ def _parse_call(body: str) -> ParsedCall | MalformedCall:
         return MalformedCall(
             body, f"not valid JSON: {exc.msg} at position {exc.pos}", _guess_name(body)
         )
+    except RecursionError:
+        return MalformedCall(body, "not valid JSON: nested too deeply", _guess_name(body))
     return _check_call(_unwrap(obj), body)
 
 
@@ -252,7 +254,7 @@ def _check_call(obj: Any, raw: str) -> ParsedCall | MalformedCall:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return MalformedCall(raw, "'arguments' is a string that is not JSON", name)
     if not isinstance(args, dict):
         return MalformedCall(raw, "'arguments' must be a JSON object", name)

@@ -17,6 +17,8 @@ ACTING_FOR = "Retrace-Tenant"
 for (the CLI's tenant-level commands); beside a tenant's own key it means nothing."""
 MAX_BODY_BYTES = 1 << 20
 """Largest request body a service's HTTP port reads by default (aiohttp's own default)."""
+MIN_GRACE_S = 0.001
+"""The shortest shutdown grace aiohttp is given: it waits without limit for 0."""
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -73,16 +75,22 @@ async def listen(
     idle_timeout_s: float,
     shutdown_timeout: float = 60.0,
     reuse_port: bool = False,
+    cancel_on_disconnect: bool = False,
 ) -> web.AppRunner:
     """`app` served on `host:port` (0: a free port, see `runner.addresses`); a connection
     that holds no whole request for `idle_timeout_s` is closed (`shared.runtime.deadlines`).
     With `reuse_port`, several processes listen on the one port and the kernel shares the
-    connections among them."""
+    connections among them. With `cancel_on_disconnect`, a handler whose caller has gone is
+    cancelled (a proxy then stops the work it asked of its upstream).
+
+    At stop, requests in flight get `shutdown_timeout` seconds; aiohttp reads 0 as no limit
+    at all, so 0 here means what it says (a millisecond)."""
     runner = web.AppRunner(
         app,
         access_log=None,
-        shutdown_timeout=shutdown_timeout,
+        shutdown_timeout=max(shutdown_timeout, MIN_GRACE_S),
         keepalive_timeout=idle_timeout_s,
+        handler_cancellation=cancel_on_disconnect,
     )
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True, reuse_port=reuse_port).start()

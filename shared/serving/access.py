@@ -71,7 +71,10 @@ class ModelAccess:
         path = Path(given)
         if self.adapter_dirs is None:
             return path
-        path = await asyncio.to_thread(path.resolve)
+        try:
+            path = await asyncio.to_thread(path.resolve)
+        except (ValueError, OSError):  # a NUL byte; a link loop
+            raise OutsideStore(OutsideStore.message) from None
         if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
             raise OutsideStore(OutsideStore.message)
         return path

@@ -15,6 +15,7 @@ is answered with a 502 of our own and its text logged at debug level."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +46,9 @@ MAX_BODY_BYTES = 4 << 20
 """As `retrace serve-model`'s: more text than any context window served holds."""
 SHUTDOWN_GRACE_S = 60.0
 """At SIGTERM, requests in flight (a long generation) get this long to finish."""
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
-)
-"""Headers of vLLM's reply that belong to its connection to the gate, not to the caller's."""
+PASSED_HEADERS = frozenset({"content-type", "cache-control", "x-request-id"})
+"""The headers of the engine's reply that reach the caller: what says how to read the body.
+The rest (its server, cookies, its connection's framing) are the engine's own."""
 
 
 class _Addressed(msgspec.Struct):
@@ -96,8 +96,13 @@ class ModelGate:
         )
         self.upstream_failures = Counter(
             "retrace_model_gate_upstream_failures_total",
-            "Requests the engine did not answer, or answered with a 5xx",
+            "Requests the engine did not answer, answered with a 5xx, or refused the gate's key",
             ["kind"],
+            registry=self.registry,
+        )
+        self.abandoned = Counter(
+            "retrace_model_gate_abandoned_total",
+            "Streams whose caller left before their end (the engine's request is then closed)",
             registry=self.registry,
         )
 
@@ -230,7 +235,16 @@ class ModelGate:
         async with upstream:
             if upstream.status >= 500:
                 return await self._failed(request, upstream)
-            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+            if upstream.status in (401, 403):
+                # the gate's own key is wrong: the caller's request is not what was refused
+                self.upstream_failures.labels("refused_key").inc()
+                log.error(
+                    "model engine refused the gate's key (RETRACE_MODEL_UPSTREAM_KEY)",
+                    path=request.path,
+                    status=upstream.status,
+                )
+                return openai_error(502, "the model engine behind this gate refused it")
+            headers = {k: v for k, v in upstream.headers.items() if k.lower() in PASSED_HEADERS}
             if not upstream.headers.get("Content-Type", "").startswith("text/event-stream"):
                 try:
                     data = await upstream.read()
@@ -249,9 +263,13 @@ class ModelGate:
         try:
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:
+            # the caller left (writing to it raised aiohttp's ClientConnectionResetError, one
+            # of these): leaving closes the engine's connection, which stops its generation
+            self.abandoned.inc()
+            log.debug("caller left a stream", path=request.path)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-            if request.transport is None or request.transport.is_closing():
-                raise  # the caller left: nothing to tell it
             self.upstream_failures.labels("broken").inc()
             log.warning("model engine broke off a stream", path=request.path, error=repr(exc))
             failed = ErrorResponse(
@@ -261,8 +279,10 @@ class ModelGate:
                     code=502,
                 )
             )
-            await response.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
-        await response.write_eof()
+            with contextlib.suppress(ConnectionResetError):
+                # after a blank line: the engine may have broken off inside an event
+                await response.write(b"\n\ndata: " + msgspec.json.encode(failed) + b"\n\n")
+                await response.write_eof()
         return response
 
     async def _failed(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.Response:
@@ -277,16 +297,21 @@ class ModelGate:
         return openai_error(502, f"the model engine behind this gate failed ({upstream.status})")
 
 
-async def serve_gate(cfg: GateConfig) -> None:
-    """Serve until SIGTERM or SIGINT; requests in flight then get `shutdown_grace_s`."""
-    gate = ModelGate(cfg)
-    runner = await listen(
-        gate.app(),
+async def start_gate(cfg: GateConfig) -> web.AppRunner:
+    """The gate listening on `cfg.host:cfg.port`, as `retrace model-gate` runs it."""
+    return await listen(
+        ModelGate(cfg).app(),
         cfg.host,
         cfg.port,
         idle_timeout_s=cfg.idle_timeout_s,
         shutdown_timeout=cfg.shutdown_grace_s,
+        cancel_on_disconnect=True,  # a caller gone: its generation is stopped, not finished
     )
+
+
+async def serve_gate(cfg: GateConfig) -> None:
+    """Serve until SIGTERM or SIGINT; requests in flight then get `shutdown_grace_s`."""
+    runner = await start_gate(cfg)
     log.info(
         "model gate ready",
         upstream=redact(cfg.upstream),

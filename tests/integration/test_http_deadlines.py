@@ -111,3 +111,25 @@ async def test_the_router_cuts_off_idle_connections_and_late_bodies(
     finally:
         service.stop()
         await run
+
+
+async def test_a_shutdown_grace_of_zero_does_not_wait_forever() -> None:
+    """aiohttp reads a shutdown timeout of 0 as no limit: `RETRACE_CONSUMER_SHUTDOWN_GRACE=0`
+    kept a stopping service waiting on its longest request (a stream) for as long as it ran."""
+    started = asyncio.Event()
+
+    async def endless(_: Any) -> Any:
+        started.set()
+        await asyncio.sleep(3600)
+
+    app = aiohttp.web.Application()
+    app.router.add_get("/", endless)
+    runner = await listen(app, "127.0.0.1", 0, idle_timeout_s=IDLE_S, shutdown_timeout=0)
+    port = runner.addresses[0][1]
+    async with aiohttp.ClientSession() as http:
+        pending = asyncio.ensure_future(http.get(f"http://127.0.0.1:{port}/"))
+        await asyncio.wait_for(started.wait(), 5)
+        began = time.monotonic()
+        await asyncio.wait_for(runner.cleanup(), 10)
+        assert time.monotonic() - began < 5
+        pending.cancel()

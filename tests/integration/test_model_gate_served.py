@@ -221,11 +221,14 @@ async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Pa
                 first = await resp.content.readline()
                 assert first.startswith(b"data: ")
                 proc.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.5)  # the gate has stopped listening, not streaming
+                async with aiohttp.ClientSession() as fresh:
+                    with pytest.raises(aiohttp.ClientConnectionError):
+                        await fresh.get(f"{url}/healthz")
                 rest = (await resp.content.read()).decode()
+            assert rest.count("data: ") > 100  # most of the stream came after SIGTERM
             assert rest.rstrip().endswith("data: [DONE]"), rest[-300:]
             assert await asyncio.wait_for(proc.wait(), 30) == 0
-            with pytest.raises(aiohttp.ClientConnectionError):
-                await http.get(f"{url}/healthz")
         finally:
             if proc.returncode is None:
                 proc.kill()

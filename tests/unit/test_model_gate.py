@@ -31,6 +31,9 @@ class Engine:
 
     seen: list[tuple[str, str, str | None, bytes]] = field(default_factory=list)
     up: bool = True
+    key: str = ENGINE_KEY
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a slow reply's reader has gone (the engine would stop generating)."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -40,9 +43,8 @@ class Engine:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.seen.append((request.method, request.path, request.headers.get("Authorization"), body))
-        if request.headers.get(
-            "Authorization"
-        ) != f"Bearer {ENGINE_KEY}" and request.path.startswith("/v1"):
+        keyed = request.headers.get("Authorization") == f"Bearer {self.key}"
+        if not keyed and request.path.startswith("/v1"):
             return web.json_response({"error": "Unauthorized"}, status=401)
         if request.path == "/health":
             return web.Response(status=200 if self.up else 503)
@@ -53,6 +55,8 @@ class Engine:
         data = json.loads(body)
         if data["model"] == "boom":
             return web.Response(status=500, text="Traceback: KeyError('secret user words')")
+        if data["model"] == "slow":
+            return await self.slow(request, bool(data.get("stream")))
         if data["model"] == "missing":
             return web.json_response(
                 {"error": {"message": "The model `missing` does not exist.", "code": 404}},
@@ -71,7 +75,26 @@ class Engine:
             await out.write(b"data: [DONE]\n\n")
             await out.write_eof()
             return out
-        return web.json_response({"id": "x", "choices": [{"message": {"content": "hello"}}]})
+        reply = web.json_response({"id": "x", "choices": [{"message": {"content": "hello"}}]})
+        reply.headers["Set-Cookie"] = "engine=1"
+        reply.headers["X-Engine-Internal"] = "yes"
+        return reply
+
+    async def slow(self, request: web.Request, stream: bool) -> web.StreamResponse:
+        """A reply that takes 10 s, token by token; `stopped` is set if its reader leaves."""
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream" if stream else "application/json"}
+        )
+        try:
+            await out.prepare(request)
+            for _ in range(500):
+                await out.write(b'data: {"delta": "x"}\n\n' if stream else b" ")
+                await asyncio.sleep(0.02)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.stopped.set()
+            raise
+        await out.write_eof()
+        return out
 
 
 @pytest.fixture
@@ -188,6 +211,7 @@ async def test_adapters_load_from_the_store_only_and_with_the_admin_key(
         str(store / "escape"),  # inside by name, outside once its link is followed
         str(store / ".." / "outside"),
         "acme/a1",  # relative: resolved against the gate's directory, not the store
+        str(store / "acme" / "a1") + "\x00",  # a NUL byte: Path.resolve raised, a 500
     ):
         resp = await client.post(
             "/v1/load_lora_adapter", json={**load, "lora_path": path}, headers=ADMIN
@@ -298,3 +322,104 @@ async def test_health_is_open_and_says_whether_the_engine_answers(
     fake.up = False
     down = await client.get("/health")
     assert down.status == 503 and (await down.json())["status"] == "unavailable"
+
+
+class Recorded:
+    """Stands in for the gate's logger: what it was told, at which level."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **kw: self.lines.append((level, event, kw))
+
+
+@pytest.fixture
+def logged(monkeypatch: pytest.MonkeyPatch) -> Recorded:
+    recorded = Recorded()
+    monkeypatch.setattr("shared.serving.gate.log", recorded)
+    monkeypatch.setattr("shared.llm.errors_http.log", recorded)  # what reaches its middleware
+    return recorded
+
+
+async def test_what_the_engine_says_in_a_5xx_is_logged_at_debug_only(
+    client: TestClient, logged: Recorded
+) -> None:
+    resp = await client.post(
+        "/v1/chat/completions", json={**CHAT, "model": "boom"}, headers=SERVICE
+    )
+    assert resp.status == 502
+    carrying = [(level, event) for level, event, kw in logged.lines if "secret" in repr(kw)]
+    assert carrying == [("debug", "model engine failure text")]
+    assert ("warning", "model engine failed") in [(lv, ev) for lv, ev, _ in logged.lines]
+
+
+async def test_the_engine_s_own_headers_stay_with_the_gate(client: TestClient) -> None:
+    resp = await client.post("/v1/chat/completions", json=CHAT, headers=SERVICE)
+    assert resp.status == 200
+    assert "Set-Cookie" not in resp.headers and "X-Engine-Internal" not in resp.headers
+    assert resp.headers["Content-Type"].startswith("application/json")
+
+
+async def test_a_gate_the_engine_refuses_says_so_as_a_502(
+    engine: tuple[Engine, str], store: Path, logged: Recorded
+) -> None:
+    """The engine refusing the gate's own key is not the caller's 401."""
+    fake, url = engine
+    fake.key = "another-key"
+    async with TestClient(TestServer(gate_for(url, store).app())) as c:
+        resp = await c.post("/v1/chat/completions", json=CHAT, headers=SERVICE)
+        assert "refused" in await error_of(resp, 502)
+    assert [lv for lv, ev, _ in logged.lines if "refused" in ev] == ["error"]
+
+
+async def test_an_authorization_header_that_is_not_utf8_is_a_401(client: TestClient) -> None:
+    """It was a 500, whose traceback (console log format) showed the key it was compared to."""
+    assert client.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    writer.write(
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_caller_who_leaves_stops_the_engine_s_reply(
+    engine: tuple[Engine, str], store: Path, logged: Recorded, stream: bool
+) -> None:
+    """As `retrace model-gate` listens: aiohttp's own server finishes a handler whose caller
+    left unless told otherwise, so a whole reply went on being generated; a stream's next
+    write failed and was logged as an error of the gate's."""
+    import aiohttp
+
+    from shared.serving.gate import start_gate
+
+    fake, url = engine
+    cfg = GateConfig(
+        upstream=url, upstream_key=ENGINE_KEY, api_key="service-key", port=0, adapter_dirs=(store,)
+    )
+    runner = await start_gate(cfg)
+    port = runner.addresses[0][1]
+    body = {**CHAT, "model": "slow", "stream": stream}
+    try:
+        async with aiohttp.ClientSession() as http:
+            if stream:
+                async with http.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", json=body, headers=SERVICE
+                ) as resp:
+                    assert (await resp.content.readline()).startswith(b"data: ")
+                    resp.close()  # the caller hangs up mid-stream
+            else:
+                request = http.post(
+                    f"http://127.0.0.1:{port}/v1/chat/completions", json=body, headers=SERVICE
+                )
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(request, 0.5)  # the caller gives up
+        await asyncio.wait_for(fake.stopped.wait(), 5)
+    finally:
+        await runner.cleanup()
+    assert not [line for line in logged.lines if line[0] in ("warning", "error", "exception")]

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -98,3 +99,50 @@ async def test_the_llm_client_raises_its_own_error(raw: bytes) -> None:
     ):
         with pytest.raises(LLMError, match="unreadable"):
             await client.chat(REQUEST)
+
+
+@pytest.mark.parametrize("raw", [NOT_UTF8, DEEP])
+async def test_the_control_api_answers_a_400(raw: bytes) -> None:
+    from services.api.handlers import Refused, body
+
+    class Kind(msgspec.Struct):
+        name: str
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            await body(request, Kind)
+        except Refused as exc:
+            return web.Response(status=exc.status, text=str(exc))
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/", handle)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.post("/", data=raw)
+        assert resp.status == 400 and "invalid request body" in await resp.text()
+
+
+def test_a_tool_call_nested_too_deeply_is_a_malformed_call() -> None:
+    """Model output: json.loads raises RecursionError at depth 1000, which a prompt can ask
+    for; it was a 500 in the model server and a crash in GRPO's scoring."""
+    from shared.llm.tool_format import parse_reply
+
+    deep = '{"name": "f", "arguments": ' + "[" * 5000 + "]" * 5000 + "}"
+    tagged = parse_reply(f"<tool_call>{deep}</tool_call>", ("f",))
+    assert tagged.calls == [] and "nested too deeply" in tagged.malformed[0].error
+    for text in (f"```json\n{deep}\n```", deep):  # not read as a call: left as text
+        assert parse_reply(text, ("f",)).calls == []
+
+
+async def test_an_unreadable_model_list_is_an_llm_error() -> None:
+    async def reply(_: web.Request) -> web.Response:
+        return web.Response(body=b'{"data": [' + b"[" * 100_000 + b"]}", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/v1/models", reply)
+    async with (
+        TestServer(app) as server,
+        LLMClient(f"http://127.0.0.1:{server.port}", chat_retry=FAST) as client,
+    ):
+        with pytest.raises(LLMError, match="unreadable model list"):
+            await client.models()

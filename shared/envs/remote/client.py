@@ -176,7 +176,7 @@ def _quote(text: str) -> str:
         message = json.loads(text)["error"]["message"]
         if isinstance(message, str):
             return repr(message[:QUOTE])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         pass
     return repr(text[:QUOTE] + ("..." if len(text) > QUOTE else ""))
 
