@@ -19,6 +19,7 @@ import contextlib
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 import msgspec
@@ -41,6 +42,7 @@ from shared.serving.access import Handler, ModelAccess, OutsideStore
 from shared.serving.openapi import GateHealth, model_gate_openapi
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 MAX_BODY_BYTES = 4 << 20
 """As `retrace serve-model`'s: more text than any context window served holds."""
@@ -155,22 +157,14 @@ class ModelGate:
 
     # -- routes ------------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        body = await read_body(request, self.cfg.body_timeout_s)
-        try:
-            msgspec.json.decode(body, type=_Addressed)
-        except UNDECODABLE as exc:
-            return openai_error(400, f"invalid request: {exc}")
-        return await self._forward(request, "POST", body)
+        _, body = await self._decoded(request, _Addressed)
+        return await self._forward(request, "POST", body)  # as it came
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         return await self._forward(request, "GET", None)
 
     async def load_adapter(self, request: web.Request) -> web.StreamResponse:
-        body = await read_body(request, self.cfg.body_timeout_s)
-        try:
-            req = msgspec.json.decode(body, type=LoadAdapterRequest)
-        except UNDECODABLE as exc:
-            return openai_error(400, f"invalid request: {exc}")
+        req, _ = await self._decoded(request, LoadAdapterRequest)
         if not req.lora_name.strip():
             return openai_error(400, "lora_name must not be empty")
         try:
@@ -183,13 +177,18 @@ class ModelGate:
         return await self._forward(request, "POST", msgspec.json.encode(checked))
 
     async def unload_adapter(self, request: web.Request) -> web.StreamResponse:
-        body = await read_body(request, self.cfg.body_timeout_s)
-        try:
-            req = msgspec.json.decode(body, type=UnloadAdapterRequest)
-        except UNDECODABLE as exc:
-            return openai_error(400, f"invalid request: {exc}")
+        req, _ = await self._decoded(request, UnloadAdapterRequest)
         log.info("adapter unload forwarded", name=req.lora_name)
         return await self._forward(request, "POST", msgspec.json.encode(req))
+
+    async def _decoded(self, request: web.Request, kind: type[T]) -> tuple[T, bytes]:
+        """The body as `kind`, with its bytes; a 400 saying what is wrong (`json_errors`
+        writes it in the OpenAI shape), a 408 when it does not arrive in time."""
+        body = await read_body(request, self.cfg.body_timeout_s)
+        try:
+            return msgspec.json.decode(body, type=kind), body
+        except UNDECODABLE as exc:
+            raise web.HTTPBadRequest(text=f"invalid request: {exc}") from None
 
     async def health(self, _: web.Request) -> web.Response:
         """Up when the engine answers its own health check within a few seconds."""

@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,11 +26,11 @@ schemathesis = pytest.importorskip("schemathesis", reason="a dev dependency")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from shared.runtime.http import listen  # noqa: E402
 from shared.serving.gate import GateConfig, ModelGate  # noqa: E402
 from shared.serving.openapi import model_gate_openapi  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
 from tests.integration.test_delivery import eventually  # noqa: E402
+from tests.support.served import on_a_thread  # noqa: E402
 from tests.support.tiny_model import save_tiny_model, smollm2_tokenizer, tiny_llama  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -77,17 +76,10 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory, store: Path) -> Iterato
         ServeConfig(model=str(directory), served_name="tiny", api_key=ENGINE_KEY, max_batch=8)
     )
     engine.start()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    started = listen(server.app(), "127.0.0.1", 0, idle_timeout_s=15.0)
-    runner = asyncio.run_coroutine_threadsafe(started, loop).result(timeout=30)
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        with on_a_thread(server.app()) as url:
+            yield f"{url}/v1"
     finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
         engine.stop()
 
 
@@ -241,18 +233,8 @@ schema = schemathesis.openapi.from_dict(model_gate_openapi())
 @pytest.fixture(scope="module")
 def gate_url(engine_url: str, store: Path) -> Iterator[str]:
     """The gate on a real port, on its own loop and thread (schemathesis calls synchronously)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    app = ModelGate(gate_config(engine_url, store)).app()
-    started = listen(app, "127.0.0.1", 0, idle_timeout_s=15.0)
-    runner = asyncio.run_coroutine_threadsafe(started, loop).result(timeout=30)
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
+    with on_a_thread(ModelGate(gate_config(engine_url, store)).app()) as url:
+        yield url
 
 
 @schema.parametrize()

