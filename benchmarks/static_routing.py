@@ -27,7 +27,7 @@ import numpy as np
 
 from shared.embeddings import Embedder, MiniLM, StaticMiniLM
 from shared.envs.registry import get_environment
-from shared.routing.modes import QUICK_CONFIDENCE
+from shared.routing.modes import QUICK_CONFIDENCE, QUICK_REJECT
 
 ENVIRONMENTS = ("toolbox", "helpdesk", "hotel-desk")
 THRESHOLD = 0.5
@@ -166,24 +166,28 @@ def score(
 
 def cascade(minilm: dict[str, Any], static: dict[str, Any]) -> dict[str, object]:
     """The `cascade` embedder's decisions, from the two embedders' own: static's choice
-    where its best similarity reaches `QUICK_CONFIDENCE`, MiniLM's (with the threshold)
-    elsewhere."""
+    where its best similarity reaches `QUICK_CONFIDENCE`, the base model where it falls under
+    `QUICK_REJECT`, MiniLM's (with the threshold) between."""
     queries = static["truth"]
     quick = [b >= QUICK_CONFIDENCE for b in static["best"]]
+    rejected = [b < QUICK_REJECT for b in static["best"]]
     picks = [
-        sc if q else (mc if mb >= THRESHOLD else None)
-        for q, sc, mc, mb in zip(
-            quick, static["chosen"], minilm["chosen"], minilm["best"], strict=True
+        sc if q else None if r else (mc if mb >= THRESHOLD else None)
+        for q, r, sc, mc, mb in zip(
+            quick, rejected, static["chosen"], minilm["chosen"], minilm["best"], strict=True
         )
     ]
     wrong_off = [
-        sb >= QUICK_CONFIDENCE or mb >= THRESHOLD
+        sb >= QUICK_CONFIDENCE or (sb >= QUICK_REJECT and mb >= THRESHOLD)
         for sb, mb in zip(static["unrelated_best"], minilm["unrelated_best"], strict=True)
     ]
     return {
         "quick_confidence": QUICK_CONFIDENCE,
+        "quick_reject": QUICK_REJECT,
         "accuracy": sum(p == k for p, k in zip(picks, queries, strict=True)) / len(picks),
         "test_requests_decided_by_static": sum(quick) / len(quick),
+        "test_requests_rejected_by_static": sum(rejected) / len(rejected),
+        "unrelated_rejected_by_static": sum(b < QUICK_REJECT for b in static["unrelated_best"]),
         "unrelated_sent_to_an_adapter": f"{sum(wrong_off)}/{len(wrong_off)}",
         "unrelated_over_quick_confidence_under_static": sum(
             b >= QUICK_CONFIDENCE for b in static["unrelated_best"]

@@ -28,9 +28,9 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     told apart as well), `static` (its token vectors averaged, 0.06 ms; it picks among
     adapters well but sends many unrelated requests to one, so only where every request
     belongs to some adapter) or `cascade-int8` / `cascade` (static where its best score is
-    high enough that no unrelated request reached it, `minilm-int8` / `minilm` for the
-    rest: docs/benchmarks.md). `learned` compares with the MiniLM chosen (static vectors
-    under `static`).
+    high enough that no unrelated request reached it, or so low that no request of an
+    adapter's kind fell there, `minilm-int8` / `minilm` between: docs/benchmarks.md).
+    `learned` compares with the MiniLM chosen (static vectors under `static`).
     Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""

@@ -128,15 +128,26 @@ adapter reached 0.8 (their highest: 0.794), and 78% of requests that do belong t
 above 0.82."""
 
 
+QUICK_REJECT = 0.55
+"""The static vectors' similarity under which no adapter is chosen without asking MiniLM
+(`EmbeddingRouting`'s `quick_reject`). On the routing benchmark the lowest of 162 requests
+that belong to an adapter was 0.599, and 21 of 60 requests that belong to none fell under
+0.55 (docs/benchmarks.md, session 16)."""
+QUICK_REJECT_FROM = 0.5
+"""The `min_confidence` `QUICK_REJECT` was calibrated with (the default): an operator who
+lowers that bar to route more gets MiniLM's word on every request not quickly accepted."""
+
+
 class EmbeddingRouting:
     """The first user turn's similarity to each profile; the best candidate when its score
     reaches `min_confidence`.
 
     With `quick` (a cheap embedder: MiniLM's static token vectors), the cheap scores decide
     alone when their best reaches `quick_confidence`, a bar requests that belong to no
-    adapter did not reach; below it `embedder` (MiniLM) decides. So most requests of an
-    adapter's kind cost 0.06 ms instead of 5 to 12 ms, and one of no adapter's kind is
-    still told apart by MiniLM."""
+    adapter did not reach, or falls under `quick_reject`, a bar requests that belong to one
+    did not fall under (the base model then); between the two `embedder` (MiniLM) decides.
+    So most requests of an adapter's kind, and many of no adapter's kind, cost 0.06 ms
+    instead of 1 to 12 ms, and the rest are told apart by MiniLM."""
 
     name = "embedding"
 
@@ -147,12 +158,14 @@ class EmbeddingRouting:
         *,
         quick: Embedder | None = None,
         quick_confidence: float = QUICK_CONFIDENCE,
+        quick_reject: float = QUICK_REJECT,
         profiles: Embedder | None = None,
         alone: Callable[[], bool] | None = None,
     ) -> None:
         self.embedder = embedder
         self.min_confidence = min_confidence
         self.quick_confidence = quick_confidence
+        self.quick_reject = quick_reject if min_confidence >= QUICK_REJECT_FROM else 0.0
         self.profiles = profiles
         """Embeds the profiles for `embedder`'s scores where set (MiniLM itself for its int8
         graph: the queries approximate, the profiles exact)."""
@@ -185,6 +198,8 @@ class EmbeddingRouting:
             # never below the operator's own bar, whichever is higher
             if scores[best.name] >= max(self.quick_confidence, self.min_confidence):
                 return Decision(best, scores[best.name], f"{self.name}:quick", scores)
+            if scores[best.name] < self.quick_reject:
+                return Decision(None, scores[best.name], f"{self.name}:quick", scores)
         scores = await self._main.scores(query, candidates)
         best = max(candidates, key=lambda c: scores[c.name])
         confidence = scores[best.name]
