@@ -82,13 +82,13 @@ class GateConfig:
 
 
 class ModelGate:
-    def __init__(self, cfg: GateConfig, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, cfg: GateConfig) -> None:
         self.cfg = cfg
         self.access = ModelAccess(cfg.api_key, cfg.admin_key, cfg.adapter_dirs or None)
         base = cfg.upstream.rstrip("/")
         self.root = base.removesuffix("/v1")
         """The engine's address without its API prefix (its `/health` lives there)."""
-        self._session = session
+        self._session: aiohttp.ClientSession | None = None
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "retrace_model_gate_requests_total",
