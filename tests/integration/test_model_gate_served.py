@@ -26,19 +26,24 @@ schemathesis = pytest.importorskip("schemathesis", reason="a dev dependency")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from shared.serving.gate import GateConfig, ModelGate  # noqa: E402
+from shared.serving.gate import ModelGate  # noqa: E402
 from shared.serving.openapi import model_gate_openapi  # noqa: E402
 from shared.serving.server import ServeConfig, load  # noqa: E402
 from tests.integration.test_delivery import eventually  # noqa: E402
+from tests.support.gate import (  # noqa: E402
+    ADMIN,
+    ADMIN_KEY,
+    ENGINE_KEY,
+    SERVICE,
+    SERVICE_KEY,
+    gate_config,
+)
 from tests.support.served import on_a_thread  # noqa: E402
 from tests.support.tiny_model import save_tiny_model, smollm2_tokenizer, tiny_llama  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINE_KEY = "engine-key"
-SERVICE = {"Authorization": "Bearer service-key"}
-ADMIN = {"Authorization": "Bearer admin-key"}
 EXAMPLES = int(os.environ.get("RETRACE_SCHEMA_EXAMPLES", "25"))
 
 
@@ -81,17 +86,6 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory, store: Path) -> Iterato
             yield f"{url}/v1"
     finally:
         engine.stop()
-
-
-def gate_config(engine_url: str, store: Path, **extra: object) -> GateConfig:
-    return GateConfig(
-        upstream=engine_url,
-        upstream_key=ENGINE_KEY,
-        api_key="service-key",
-        admin_key="admin-key",
-        adapter_dirs=(store,),
-        **extra,  # type: ignore[arg-type]
-    )
 
 
 @pytest.fixture
@@ -172,8 +166,8 @@ async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Pa
     port = _free_port()
     env = {
         **os.environ,
-        "RETRACE_MODEL_API_KEY": "service-key",
-        "RETRACE_MODEL_ADMIN_KEY": "admin-key",
+        "RETRACE_MODEL_API_KEY": SERVICE_KEY,
+        "RETRACE_MODEL_ADMIN_KEY": ADMIN_KEY,
         "RETRACE_MODEL_UPSTREAM_KEY": ENGINE_KEY,
         "RETRACE_LOG_FORMAT": "json",
     }

@@ -21,14 +21,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from shared.serving.gate import GateConfig, ModelGate
+from shared.serving.gate import ModelGate
+from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 VLLM_PYTHON = os.environ.get("RETRACE_VLLM_PYTHON")
-ENGINE_KEY = "vllm-key"
-SERVICE = {"Authorization": "Bearer service-key"}
-ADMIN = {"Authorization": "Bearer admin-key"}
 ADAPTER = "acme/bot--alarms--v1--0001"
 
 
@@ -113,14 +111,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 @pytest.fixture
 async def gate(vllm: tuple[str, Path]) -> AsyncIterator[TestClient]:
     url, store = vllm
-    cfg = GateConfig(
-        upstream=url,
-        upstream_key=ENGINE_KEY,
-        api_key="service-key",
-        admin_key="admin-key",
-        adapter_dirs=(store,),
-    )
-    async with TestClient(TestServer(ModelGate(cfg).app())) as client:
+    async with TestClient(TestServer(ModelGate(gate_config(url, store)).app())) as client:
         yield client
 
 

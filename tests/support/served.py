@@ -7,6 +7,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -16,11 +17,12 @@ from shared.runtime.http import listen
 
 
 @asynccontextmanager
-async def client_on(app: web.Application) -> AsyncIterator[LLMClient]:
+async def client_on(app: web.Application, **options: Any) -> AsyncIterator[LLMClient]:
+    """An LLM client (`options`: LLMClient's) of `app` on a real port."""
     server = TestServer(app)
     await server.start_server()
     try:
-        async with LLMClient(f"http://127.0.0.1:{server.port}") as client:
+        async with LLMClient(f"http://127.0.0.1:{server.port}", **options) as client:
             yield client
     finally:
         await server.close()

@@ -17,11 +17,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from shared.serving.gate import GateConfig, ModelGate
+from shared.serving.gate import ModelGate
+from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
 
-SERVICE = {"Authorization": "Bearer service-key"}
-ADMIN = {"Authorization": "Bearer admin-key"}
-ENGINE_KEY = "engine-key"
 CHAT = {"model": "base", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -117,15 +115,7 @@ async def engine() -> AsyncIterator[tuple[Engine, str]]:
 
 
 def gate_for(url: str, store: Path, **extra: Any) -> ModelGate:
-    cfg = GateConfig(
-        upstream=url,
-        upstream_key=ENGINE_KEY,
-        api_key="service-key",
-        admin_key="admin-key",
-        adapter_dirs=(store,),
-        **extra,
-    )
-    return ModelGate(cfg)
+    return ModelGate(gate_config(url, store, **extra))
 
 
 @pytest.fixture
@@ -399,10 +389,7 @@ async def test_a_caller_who_leaves_stops_the_engine_s_reply(
     from shared.serving.gate import start_gate
 
     fake, url = engine
-    cfg = GateConfig(
-        upstream=url, upstream_key=ENGINE_KEY, api_key="service-key", port=0, adapter_dirs=(store,)
-    )
-    runner = await start_gate(cfg)
+    runner = await start_gate(gate_config(url, store, port=0))
     port = runner.addresses[0][1]
     body = {**CHAT, "model": "slow", "stream": stream}
     try:

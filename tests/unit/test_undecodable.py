@@ -25,9 +25,10 @@ from shared.envs.remote.server import environment_app
 from shared.envs.remote.wire import PREFIX
 from shared.envs.synthetic.spec import InvalidSpecError
 from shared.envs.synthetic.spec import decode as decode_synthetic
-from shared.llm.client import LLMClient, LLMError
+from shared.llm.client import LLMError
 from shared.llm.structured import MalformedReply, decode_json
 from shared.messages import Sampling
+from tests.support.served import client_on
 from tests.unit.test_llm_client import FAST, REQUEST
 
 NOT_UTF8 = b'{"name": "caf\xc3", "model": "\xff\xfe"}'
@@ -93,10 +94,7 @@ async def test_the_llm_client_raises_its_own_error(raw: bytes) -> None:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", reply)
-    async with (
-        TestServer(app) as server,
-        LLMClient(f"http://127.0.0.1:{server.port}", chat_retry=FAST) as client,
-    ):
+    async with client_on(app, chat_retry=FAST) as client:
         with pytest.raises(LLMError, match="unreadable"):
             await client.chat(REQUEST)
 
@@ -140,9 +138,6 @@ async def test_an_unreadable_model_list_is_an_llm_error() -> None:
 
     app = web.Application()
     app.router.add_get("/v1/models", reply)
-    async with (
-        TestServer(app) as server,
-        LLMClient(f"http://127.0.0.1:{server.port}", chat_retry=FAST) as client,
-    ):
+    async with client_on(app, chat_retry=FAST) as client:
         with pytest.raises(LLMError, match="unreadable model list"):
             await client.models()
