@@ -13,6 +13,8 @@ graph elsewhere).
 Half the requests open a new conversation (routed: an alarm or a wake-up call for one adapter,
 a currency conversion for the other, the weather for neither; each worded afresh), half
 continue one (found in the router's memory, else by the conversation hash in the store).
+`--turns 50 --follow-up-bytes 1000` gives agent-like traffic instead: conversations of 50
+requests, each user turn 1 kB, so most requests carry a long history.
 
 Then the sustained rate, side by side in the same run: a load generator in its own process
 (`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix)
@@ -125,13 +127,20 @@ def opening(n: int) -> str:
     )[k // (1440 * len(WEEKDAYS)) % 3]
 
 
-def conversation(n: int, turn: int) -> list[dict[str, str]]:
-    """The messages of conversation `n`'s request number `turn` (0: it opens)."""
+def conversation(n: int, turn: int, follow_up_bytes: int = 0) -> list[dict[str, str]]:
+    """The messages of conversation `n`'s request number `turn` (0: it opens): each reply
+    ("Done.") followed by the user's "thanks", or by a text of `follow_up_bytes` (an agent's
+    tool results and long exchanges)."""
     messages = [{"role": "user", "content": opening(n)}]
-    for _ in range(turn):
+    for t in range(turn):
+        text = "thanks"
+        if follow_up_bytes:
+            text = (f"Step {t}: " + "all checks passed, nothing to change; " * 1000)[
+                :follow_up_bytes
+            ]
         messages += [
             {"role": "assistant", "content": "Done."},
-            {"role": "user", "content": "thanks"},
+            {"role": "user", "content": text},
         ]
     return messages
 
@@ -314,7 +323,10 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
     headers = {"Authorization": f"Bearer {key}"}
     async with aiohttp.ClientSession() as http:
         for i in range(args.requests):
-            body = {"model": "bot", "messages": conversation(LATENCY_CONVERSATIONS + i // 2, i % 2)}
+            messages = conversation(
+                LATENCY_CONVERSATIONS + i // args.turns, i % args.turns, args.follow_up_bytes
+            )
+            body = {"model": "bot", "messages": messages}
             started = time.perf_counter()
             async with http.post(
                 f"http://127.0.0.1:{upstream_port}/v1/chat/completions", json=body
@@ -329,6 +341,8 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
                 assert r.status == 200, await r.text()
             routed.append(time.perf_counter() - started)
     added = [b - a for a, b in zip(direct, routed, strict=True)]
+    opened = [a for i, a in enumerate(added) if i % args.turns == 0]
+    continued = [a for i, a in enumerate(added) if i % args.turns]
     return {
         "requests": args.requests,
         "direct_ms": {"p50": pct(direct, 0.5) * 1000, "p99": pct(direct, 0.99) * 1000},
@@ -338,8 +352,8 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
             "p99": pct(added, 0.99) * 1000,
             "mean": statistics.fmean(added) * 1000,
         },
-        "new_conversation_added_ms_p50": pct(added[0::2], 0.5) * 1000,
-        "continued_added_ms_p50": pct(added[1::2], 0.5) * 1000,
+        "new_conversation_added_ms_p50": pct(opened, 0.5) * 1000,
+        "continued_added_ms_p50": pct(continued, 0.5) * 1000,
     }
 
 
@@ -352,7 +366,7 @@ async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) 
     first = LATENCY_CONVERSATIONS + args.requests
     async with aiohttp.ClientSession() as http:
         for i in range(args.streams):
-            messages = conversation(first + i // 2, i % 2)
+            messages = conversation(first + i // args.turns, i % args.turns, args.follow_up_bytes)
             body = {"model": "bot", "messages": messages, "stream": True}
             for port, times, auth in (
                 (upstream_port, direct, {}),
@@ -368,13 +382,15 @@ async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) 
                     times.append(time.perf_counter() - started)
                     await r.read()
     added = [b - a for a, b in zip(direct, routed, strict=True)]
+    opened = [a for i, a in enumerate(added) if i % args.turns == 0]
+    continued = [a for i, a in enumerate(added) if i % args.turns]
     return {
         "streams": args.streams,
         "direct_first_token_ms_p50": pct(direct, 0.5) * 1000,
         "router_first_token_ms_p50": pct(routed, 0.5) * 1000,
         "added_first_token_ms_p50": pct(added, 0.5) * 1000,
-        "added_first_token_ms_p50_continued": pct(added[1::2], 0.5) * 1000,
-        "added_first_token_ms_p50_new": pct(added[0::2], 0.5) * 1000,
+        "added_first_token_ms_p50_continued": pct(continued, 0.5) * 1000,
+        "added_first_token_ms_p50_new": pct(opened, 0.5) * 1000,
     }
 
 
@@ -410,7 +426,8 @@ async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.router_overhead", "--load-url", url,
         "--load-key", key, "--concurrency", str(args.concurrency),
-        "--duration", str(args.duration),
+        "--duration", str(args.duration), "--turns", str(args.turns),
+        "--follow-up-bytes", str(args.follow_up_bytes),
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, _ = await proc.communicate()
@@ -420,9 +437,11 @@ async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, 
     return result
 
 
-async def load(url: str, key: str, concurrency: int, duration: float) -> dict[str, float]:
+async def load(
+    url: str, key: str, concurrency: int, duration: float, turns: int = 2, follow_up_bytes: int = 0
+) -> dict[str, float]:
     """`concurrency` clients in a closed loop for `duration` s: each opens a conversation,
-    then continues it once, and opens the next."""
+    continues it to `turns` requests, and opens the next."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     done = failed = 0
     latencies: list[float] = []
@@ -432,7 +451,7 @@ async def load(url: str, key: str, concurrency: int, duration: float) -> dict[st
         nonlocal done, failed
         i = 0
         while time.perf_counter() < deadline:
-            messages = conversation(n + concurrency * (i // 2), i % 2)
+            messages = conversation(n + concurrency * (i // turns), i % turns, follow_up_bytes)
             started = time.perf_counter()
             async with http.post(
                 url, json={"model": "bot", "messages": messages}, headers=headers
@@ -489,12 +508,30 @@ if __name__ == "__main__":
         help="RETRACE_ROUTER_EMBEDDER (default: the router's)",
     )
     parser.add_argument("--routers", type=int, default=1, help="router processes on the port")
+    parser.add_argument(
+        "--turns", type=int, default=2, help="requests a conversation takes (1 opens it)"
+    )
+    parser.add_argument(
+        "--follow-up-bytes",
+        type=int,
+        default=0,
+        help="each user turn after the first this long (0: 'thanks'): long agent histories",
+    )
     parser.add_argument("--router-log", type=Path, help="append the routers' logs to this file")
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.load_url:  # the load-generator process
-        stats = asyncio.run(load(ns.load_url, ns.load_key, ns.concurrency, ns.duration))
+        stats = asyncio.run(
+            load(
+                ns.load_url,
+                ns.load_key,
+                ns.concurrency,
+                ns.duration,
+                ns.turns,
+                ns.follow_up_bytes,
+            )
+        )
         print(json.dumps(stats))
         sys.exit(0)
     out = asyncio.run(main(ns))

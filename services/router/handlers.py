@@ -28,7 +28,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from sqlalchemy import select
 
 from services.router.config import RouterConfig
-from services.router.conversations import Known, Recent, prefix_tips, tip
+from services.router.conversations import History, Known, Recent
 from services.router.limits import SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
@@ -63,6 +63,9 @@ from shared.store.tenants import hash_key, live_key_and_quotas
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
 JSON = {"Content-Type": "application/json"}
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+"""A chat request's top-level fields, each kept as the caller's bytes: the router changes
+only `model`, and re-encoding a long history cost the event loop as much as reading it."""
 """A relayed body's type (encoded by msgspec: aiohttp's `json=` uses the slower stdlib)."""
 ADAPTER_HEADER = "X-Retrace-Adapter"
 
@@ -348,7 +351,7 @@ class RouterApp:
         tenant, raw = authorized
         try:
             req = msgspec.json.decode(raw, type=ChatRequest)
-            body = msgspec.json.decode(raw)  # passed on as the caller sent it
+            body = _FIELDS.decode(raw)  # passed on as the caller sent it
         except (msgspec.DecodeError, ValueError, RecursionError) as exc:
             # bad JSON or UTF-8, a field of the wrong shape, nesting too deep to read
             return error(400, f"invalid chat request: {str(exc)[:500]}")
@@ -363,7 +366,8 @@ class RouterApp:
         # then make sure the endpoint serves the target.
         now = time.monotonic()
         agent = self.agents.get((tenant, req.model), now) if self.agents is not None else None
-        tips = prefix_tips(messages)
+        history = History(messages)
+        tips = history.tips
         longest = tips[0][1] if tips else None
         key_id = request.get(API_KEY_ID)
         named = _conversation_named(request)
@@ -422,11 +426,11 @@ class RouterApp:
             )
         if self.route_seconds is not None:
             self.route_seconds.observe(time.perf_counter() - started)
-        body["model"] = target
+        body["model"] = msgspec.Raw(msgspec.json.encode(target))
         headers = {CONVERSATION_HEADER: str(turn.conversation_id), ADAPTER_HEADER: target}
         if req.stream:
-            return await self._relay_stream(request, turn, body, messages, headers)
-        return await self._relay(turn, body, messages, headers)
+            return await self._relay_stream(request, turn, body, history, headers)
+        return await self._relay(turn, body, history, headers)
 
     async def _find(
         self,
@@ -536,8 +540,8 @@ class RouterApp:
     async def _relay(
         self,
         turn: Turn,
-        body: dict[str, Any],
-        messages: list[dict[str, Any]],
+        body: dict[str, msgspec.Raw],
+        history: History,
         headers: dict[str, str],
     ) -> web.Response:
         started = time.perf_counter()
@@ -562,8 +566,9 @@ class RouterApp:
         headers = self._answered(
             turn,
             headers,
-            body["model"],
-            [*messages, _assistant(reply)],
+            headers[ADAPTER_HEADER],
+            history,
+            _assistant(reply),
             int(usage.get("completion_tokens", 0)),
             (time.perf_counter() - started) * 1000,
         )
@@ -576,8 +581,8 @@ class RouterApp:
         self,
         request: web.Request,
         turn: Turn,
-        body: dict[str, Any],
-        messages: list[dict[str, Any]],
+        body: dict[str, msgspec.Raw],
+        history: History,
         headers: dict[str, str],
     ) -> web.StreamResponse:
         started = time.perf_counter()
@@ -629,8 +634,9 @@ class RouterApp:
         self._answered(
             turn,
             headers,
-            body["model"],
-            [*messages, _assistant(reply)],
+            headers[ADAPTER_HEADER],
+            history,
+            _assistant(reply),
             0,
             (time.perf_counter() - started) * 1000,
         )  # its headers went with the first chunk: a branch shows on the next reply
@@ -660,7 +666,8 @@ class RouterApp:
         turn: Turn,
         headers: dict[str, str],
         model: str,
-        messages: list[dict[str, Any]],
+        history: History,
+        reply: dict[str, Any],
         tokens: int,
         latency_ms: float,
     ) -> dict[str, str]:
@@ -668,7 +675,8 @@ class RouterApp:
         this one found it, the turn becomes a branch of its own: a new conversation with
         the same route, so neither overwrites the other); its record is queued. The reply's
         headers, naming the conversation it belongs to."""
-        new_tip = tip(messages)
+        messages = [*history.messages, reply]
+        new_tip = history.tip_with(reply)
         if self.recent.answered(turn.known, turn.found_tip, new_tip) is None:
             was = turn.known
             route = {**was.route, "branch_of": str(was.id)}

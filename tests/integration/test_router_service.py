@@ -56,6 +56,8 @@ class Upstream:
         self.delay = 0.0
         """Seconds each chat takes."""
         self.chatting = asyncio.Event()
+        self.bodies: list[bytes] = []
+        """Every chat request's body as it arrived."""
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -80,6 +82,7 @@ class Upstream:
         return web.Response(text="ok")
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.bodies.append(await request.read())
         body = await request.json()
         self.chatting.set()
         await asyncio.sleep(self.delay)
@@ -418,6 +421,32 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
             body = await r.json()
             assert r.status == 400 and "invalid feedback" in body["error"]["message"], body
     assert upstream.models == []  # none reached the model server
+
+
+async def test_a_request_reaches_the_endpoint_as_sent_but_for_its_model(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """Fields the router does not read pass byte for byte (they were decoded and encoded
+    again: 0.10 arrived as 0.1, a vendor field's spacing and escapes rewritten)."""
+    url, key, upstream, _ = router
+    messages = '[{"role": "user", "content": "Who painted the Mona Lisa?"}]'
+    vendor = '{"b": [1, 2.50, "caf\\u00e9"], "a": 1e2}'
+    raw = f'{{"model": "bot", "temperature": 0.10, "messages": {messages}, "x_vendor": {vendor}}}'
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{url}/v1/chat/completions",
+            data=raw.encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 200, await r.text()
+            target = r.headers["X-Retrace-Adapter"]
+    [sent] = upstream.bodies
+    assert (
+        sent
+        == (
+            f'{{"model":"{target}","temperature":0.10,"messages":{messages},"x_vendor":{vendor}}}'
+        ).encode()
+    )
 
 
 async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
