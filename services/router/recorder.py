@@ -26,7 +26,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from sqlalchemy import (
     Float,
     Integer,
@@ -54,7 +53,7 @@ from services.router.conversations import Known, tip
 from shared.logging import get_logger
 from shared.store import Store
 from shared.store.engine import STORE_ERRORS
-from shared.store.models import Adapter, Agent, Conversation, Trajectory, without_nul
+from shared.store.models import Adapter, Agent, Conversation, Trajectory, storable_json
 
 if TYPE_CHECKING:
     from services.router.spool import Held, Journal, Spool
@@ -442,7 +441,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
         tenant_id=tenant,
         **both,
         model=[r.last.model for r, _ in rows],
-        messages=[msgspec.json.encode(without_nul(r.last.messages)).decode() for r, _ in rows],
+        messages=[storable_json(r.last.messages) for r, _ in rows],
         tokens=[r.tokens for r, _ in rows],
         latency_ms=[r.latency_ms for r, _ in rows],
     )
@@ -453,7 +452,7 @@ async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
         **both,
         api_key_id=[o.api_key_id for _, o in rows],
         tip=[r.last.tip for r, _ in rows],
-        route=[msgspec.json.encode(without_nul(o.route)).decode() for _, o in rows],
+        route=[storable_json(o.route) for _, o in rows],
         turns=[o.turns + len(r.turns) for r, o in rows],
     )
     await session.execute(OPEN_CONVERSATIONS, conversations)
@@ -627,7 +626,7 @@ async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
             _bound(
                 "histories",
                 id=[moved[r.first.turn.conversation_id] for r in done],
-                messages=[msgspec.json.encode(without_nul(r.last.messages)).decode() for r in done],
+                messages=[storable_json(r.last.messages) for r in done],
                 tokens=[r.tokens for r in done],
                 latency_ms=[r.latency_ms for r in done],
             ),

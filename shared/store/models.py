@@ -50,6 +50,16 @@ def without_nul(value: Any) -> Any:
     return value
 
 
+def storable_json(value: Any) -> str:
+    """`value` as JSON text Postgres stores (`without_nul`), walked only when its encoding
+    shows an escaped U+0000: walking every turn's whole history was a share of the
+    router's event loop on long agent conversations."""
+    encoded = msgspec.json.encode(value)
+    if b"\\u0000" in encoded:
+        encoded = msgspec.json.encode(without_nul(value))
+    return encoded.decode()
+
+
 class StorableJSONB(TypeDecorator[Any]):
     """JSONB that stores any JSON value, U+0000 included (see `without_nul`)."""
 
