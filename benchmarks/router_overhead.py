@@ -146,6 +146,9 @@ def conversation(n: int, turn: int, follow_up_bytes: int = 0) -> list[dict[str, 
 
 
 def pct(values: list[float], q: float) -> float:
+    """The `q` quantile; NaN for no values (`--turns 1` continues no conversation)."""
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -521,6 +524,8 @@ if __name__ == "__main__":
     parser.add_argument("--load-url", help=argparse.SUPPRESS)
     parser.add_argument("--load-key", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()
+    if ns.turns < 1 or ns.follow_up_bytes < 0:
+        parser.error("--turns must be 1 or more, --follow-up-bytes 0 or more")
     if ns.load_url:  # the load-generator process
         stats = asyncio.run(
             load(

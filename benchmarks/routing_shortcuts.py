@@ -163,6 +163,27 @@ def weights(static: StaticMiniLM) -> dict[str, object]:
     return out
 
 
+def bars(static: StaticMiniLM, minilm: OnnxMiniLM) -> dict[str, object]:
+    """The cascade's bars against the requests: the highest static score of one of no
+    adapter's kind, and the requests of an adapter's kind near `QUICK_REJECT` with MiniLM's
+    score for them (under `THRESHOLD`, MiniLM sends them to the base model too)."""
+    profiles, texts, of_a_kind = _routing_benchmark()
+    _, quick = _best(static.embed, profiles, texts)
+    _, exact = _best(minilm.embed, profiles, texts)
+    near = sorted(
+        (i for i in range(of_a_kind) if quick[i] < QUICK_REJECT + 0.05), key=lambda i: quick[i]
+    )
+    return {
+        "quick_confidence": QUICK_CONFIDENCE,
+        "highest_unrelated_static": float(quick[of_a_kind:].max()),
+        "quick_reject": QUICK_REJECT,
+        "of_a_kind_under_quick_reject_plus_0.05": [
+            {"request": texts[i], "static": float(quick[i]), "minilm": float(exact[i])}
+            for i in near
+        ],
+    }
+
+
 def _middle(static_best: Any) -> list[bool]:
     """Requests the cascade sends to MiniLM today."""
     return [QUICK_REJECT <= b < QUICK_CONFIDENCE for b in static_best]
@@ -242,6 +263,7 @@ def main() -> None:
     routing_profiles, routing_texts, _ = _routing_benchmark()
     router_profiles, router_texts = _router_benchmark()
     out = {
+        "bars": bars(static, minilm),
         "weights": weights(static),
         "reuse": {
             "routing_benchmark": reuse(static, minilm, routing_profiles, routing_texts),

@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,23 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 _SCRIPT = Path(sys.executable).parent / "retrace"
 RETRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "shared.cli.main"]
 """The installed console script, as a user runs it."""
+
+
+class _Said:
+    """A process's output read as it comes, its last 200 lines kept: a pipe nobody reads
+    stops the process once 64 kB of its logs wait in it."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: deque[str] = deque(maxlen=200)
+        self._reader = threading.Thread(
+            target=self.lines.extend, args=(proc.stdout or (),), daemon=True
+        )
+        self._reader.start()
+
+    def text(self) -> str:
+        """What it said so far (all of it, once it has exited)."""
+        self._reader.join(timeout=10)
+        return "".join(self.lines)
 
 
 def _ports_free(offset: int) -> bool:
@@ -63,11 +82,12 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
         stderr=subprocess.STDOUT,
         text=True,
     )
+    said = _Said(up)
     try:
         deadline = time.monotonic() + 180
         report: dict = {}
         while time.monotonic() < deadline:
-            assert up.poll() is None, up.stdout.read() if up.stdout else ""
+            assert up.poll() is None, said.text()
             result = cli(env, "status", "--json")
             if result.stdout.strip():
                 report = json.loads(result.stdout)
@@ -204,8 +224,8 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
             assert status == 401 and refused["error"]["code"] == 401, refused
     finally:
         up.send_signal(signal.SIGTERM)
-        out, _ = up.communicate(timeout=90)
-    assert up.returncode == 0, out[-3000:]
+        up.wait(timeout=90)
+    assert up.returncode == 0, said.text()[-3000:]
     after = cli(env, "status", "--json")
     assert after.returncode == 1
     assert json.loads(after.stdout)["running"] is False
@@ -240,12 +260,20 @@ def running_up(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    said = _Said(up)
     try:
         deadline = time.monotonic() + 120
         while cli(env, "status").returncode != 0:
-            assert up.poll() is None and time.monotonic() < deadline
+            if up.poll() is not None or time.monotonic() > deadline:
+                up.kill()
+                up.wait(timeout=30)
+                pytest.fail(
+                    f"retrace up {' '.join(flags)} not healthy in 120 s (exit {up.returncode}); "
+                    f"it said:\n{said.text()}"
+                )
             time.sleep(1)
         yield offset
     finally:
-        up.send_signal(signal.SIGTERM)
-        up.communicate(timeout=90)
+        if up.poll() is None:
+            up.send_signal(signal.SIGTERM)
+            up.wait(timeout=90)
