@@ -135,9 +135,8 @@ def conversation(n: int, turn: int, follow_up_bytes: int = 0) -> list[dict[str, 
     for t in range(turn):
         text = "thanks"
         if follow_up_bytes:
-            text = (f"Step {t}: " + "all checks passed, nothing to change; " * 1000)[
-                :follow_up_bytes
-            ]
+            filler = "all checks passed, nothing to change; "
+            text = (f"Step {t}: " + filler * (follow_up_bytes // len(filler) + 1))[:follow_up_bytes]
         messages += [
             {"role": "assistant", "content": "Done."},
             {"role": "user", "content": text},
@@ -146,9 +145,6 @@ def conversation(n: int, turn: int, follow_up_bytes: int = 0) -> list[dict[str, 
 
 
 def pct(values: list[float], q: float) -> float:
-    """The `q` quantile; NaN for no values (`--turns 1` continues no conversation)."""
-    if not values:
-        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -356,11 +352,14 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
             "mean": statistics.fmean(added) * 1000,
         },
         "new_conversation_added_ms_p50": pct(opened, 0.5) * 1000,
-        "continued_added_ms_p50": pct(continued, 0.5) * 1000,
+        # None: `--turns 1` continues no conversation
+        "continued_added_ms_p50": pct(continued, 0.5) * 1000 if continued else None,
     }
 
 
-async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) -> dict[str, float]:
+async def _first_tokens(
+    args: argparse.Namespace, key: str, upstream_port: int
+) -> dict[str, float | None]:
     """Time to the first streamed chunk, straight and through the router, for `args.streams`
     streamed requests (new and continued conversations alternating)."""
     direct: list[float] = []
@@ -392,7 +391,7 @@ async def _first_tokens(args: argparse.Namespace, key: str, upstream_port: int) 
         "direct_first_token_ms_p50": pct(direct, 0.5) * 1000,
         "router_first_token_ms_p50": pct(routed, 0.5) * 1000,
         "added_first_token_ms_p50": pct(added, 0.5) * 1000,
-        "added_first_token_ms_p50_continued": pct(continued, 0.5) * 1000,
+        "added_first_token_ms_p50_continued": pct(continued, 0.5) * 1000 if continued else None,
         "added_first_token_ms_p50_new": pct(opened, 0.5) * 1000,
     }
 

@@ -38,7 +38,7 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, an integer of 4,300+ digits, too deep
             return raw
     return raw
 
@@ -97,7 +97,8 @@ class _Hashing:
 
     def add(self, message: dict[str, Any]) -> None:
         part = _CANONICAL.encode(canonical(message))
-        self._hash.update((part if self._first else ", " + part).encode())
+        # a lone surrogate (arguments holding "\ud800") is hashed, not a 500
+        self._hash.update((part if self._first else ", " + part).encode("utf-8", "surrogatepass"))
         self._first = False
 
     def copy(self) -> _Hashing:

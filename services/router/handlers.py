@@ -63,10 +63,10 @@ from shared.store.tenants import hash_key, live_key_and_quotas
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
 JSON = {"Content-Type": "application/json"}
+"""A relayed body's type (encoded by msgspec: aiohttp's `json=` uses the slower stdlib)."""
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 """A chat request's top-level fields, each kept as the caller's bytes: the router changes
 only `model`, and re-encoding a long history cost the event loop as much as reading it."""
-"""A relayed body's type (encoded by msgspec: aiohttp's `json=` uses the slower stdlib)."""
 ADAPTER_HEADER = "X-Retrace-Adapter"
 
 

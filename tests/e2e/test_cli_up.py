@@ -49,6 +49,18 @@ class _Said:
         return "".join(self.lines)
 
 
+def _stop(up: subprocess.Popen[str]) -> None:
+    """`retrace up` told to stop (it stops what it started), killed if it has not in 90 s."""
+    if up.poll() is None:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait(timeout=30)
+            raise
+
+
 def _ports_free(offset: int) -> bool:
     for port in [*SERVICES.values(), MODEL_PORT]:
         with socket.socket() as sock:
@@ -223,8 +235,7 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
             status, refused = _post(model, {**body, "model": DEFAULT_AGENT_MODEL}, None)
             assert status == 401 and refused["error"]["code"] == 401, refused
     finally:
-        up.send_signal(signal.SIGTERM)
-        up.wait(timeout=90)
+        _stop(up)
     assert up.returncode == 0, said.text()[-3000:]
     after = cli(env, "status", "--json")
     assert after.returncode == 1
@@ -265,8 +276,7 @@ def running_up(
         deadline = time.monotonic() + 120
         while cli(env, "status").returncode != 0:
             if up.poll() is not None or time.monotonic() > deadline:
-                up.kill()
-                up.wait(timeout=30)
+                _stop(up)  # SIGTERM: `up` stops the services it started
                 pytest.fail(
                     f"retrace up {' '.join(flags)} not healthy in 120 s (exit {up.returncode}); "
                     f"it said:\n{said.text()}"
@@ -274,6 +284,4 @@ def running_up(
             time.sleep(1)
         yield offset
     finally:
-        if up.poll() is None:
-            up.send_signal(signal.SIGTERM)
-            up.wait(timeout=90)
+        _stop(up)

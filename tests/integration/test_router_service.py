@@ -432,14 +432,16 @@ async def test_a_request_reaches_the_endpoint_as_sent_but_for_its_model(
     messages = '[{"role": "user", "content": "Who painted the Mona Lisa?"}]'
     vendor = '{"b": [1, 2.50, "caf\\u00e9"], "a": 1e2}'
     raw = f'{{"model": "bot", "temperature": 0.10, "messages": {messages}, "x_vendor": {vendor}}}'
-    async with aiohttp.ClientSession() as http:
-        async with http.post(
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
             f"{url}/v1/chat/completions",
             data=raw.encode(),
             headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        ) as r:
-            assert r.status == 200, await r.text()
-            target = r.headers["X-Retrace-Adapter"]
+        ) as r,
+    ):
+        assert r.status == 200, await r.text()
+        target = r.headers["X-Retrace-Adapter"]
     [sent] = upstream.bodies
     assert (
         sent

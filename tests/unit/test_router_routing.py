@@ -111,6 +111,20 @@ def test_tips_grown_message_by_message_equal_the_whole_historys_hash(
     assert History(history).tip_with(reply) == _whole([*history, reply])
 
 
+def test_tool_arguments_python_cannot_read_or_encode_still_have_a_tip() -> None:
+    # a lone surrogate in JSON arguments, and an integer past Python's 4,300 digits: the
+    # request was a 500 (UnicodeEncodeError, ValueError), now before the endpoint was asked
+    for arguments in ('"\\ud800"', "1" * 5000):
+        call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+        history = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ]
+        request = History(history)
+        assert [n for n, _ in request.tips] == [2]
+        assert request.tip_with({"role": "assistant", "content": "a"}) != request.tips[0][1]
+
+
 def test_each_message_is_serialised_once_however_long_the_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
