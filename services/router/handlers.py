@@ -566,7 +566,6 @@ class RouterApp:
         headers = self._answered(
             turn,
             headers,
-            headers[ADAPTER_HEADER],
             history,
             _assistant(reply),
             int(usage.get("completion_tokens", 0)),
@@ -634,7 +633,6 @@ class RouterApp:
         self._answered(
             turn,
             headers,
-            headers[ADAPTER_HEADER],
             history,
             _assistant(reply),
             0,
@@ -665,7 +663,6 @@ class RouterApp:
         self,
         turn: Turn,
         headers: dict[str, str],
-        model: str,
         history: History,
         reply: dict[str, Any],
         tokens: int,
@@ -675,6 +672,7 @@ class RouterApp:
         this one found it, the turn becomes a branch of its own: a new conversation with
         the same route, so neither overwrites the other); its record is queued. The reply's
         headers, naming the conversation it belongs to."""
+        model = headers[ADAPTER_HEADER]  # the target the turn was sent to
         messages = [*history.messages, reply]
         new_tip = history.tip_with(reply)
         if self.recent.answered(turn.known, turn.found_tip, new_tip) is None:
