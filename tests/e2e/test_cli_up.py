@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -61,6 +60,19 @@ def _stop(up: subprocess.Popen[str]) -> None:
             raise
 
 
+def free_offset(first: int) -> int:
+    """A port offset from `first` on whose ports nothing listens, among this xdist worker's
+    own. Offsets are multiples of 37 (no two services' ports are 37, 74 or 111 apart, so two
+    offsets' ports never meet), and worker k of n takes those whose multiple is k modulo n:
+    two tests starting at once on two workers never pick the same ports (they did: a test
+    then talked to the other's services, "unknown or revoked API key", or its `up` could not
+    bind them)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    steps = range(-(-first // 37), 45_000 // 37)
+    return next(37 * k for k in steps if k % workers == worker and _ports_free(37 * k))
+
+
 def _ports_free(offset: int) -> bool:
     for port in [*SERVICES.values(), MODEL_PORT]:
         with socket.socket() as sock:
@@ -84,9 +96,7 @@ def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.Com
 
 
 def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) -> None:
-    offset = next(
-        o for o in (random.randrange(20_000, 40_000) for _ in range(50)) if _ports_free(o)
-    )
+    offset = free_offset(20_000)
     up = subprocess.Popen(
         [*RETRACE, "up", "--port-offset", str(offset)],
         env=env,
@@ -261,7 +271,7 @@ def running_up(
     """`retrace up --only ...` on free ports (and `--model` when given), healthy before the
     body runs, stopped after; yields the port offset (a service's port is its default plus
     it)."""
-    offset = next(o for o in range(first_port, 45_000, 37) if _ports_free(o))
+    offset = free_offset(first_port)
     flags = [arg for name in only for arg in ("--only", name)]
     flags += ["--model", model] if model else []
     up = subprocess.Popen(
