@@ -32,16 +32,17 @@ from tests.support import infra
 
 MODEL_GROUP = "model"
 """The xdist group of the tests that load a real model (the README's run, `-n 4 --dist
-loadgroup`): one worker runs them one after another, the longest first, while three run the
-rest, which mostly wait on servers and subprocesses (the integration tests alone kept the 2
-cores 40% busy on 2 workers). Dealt to every worker, the model tests shared the cores with
-each other as well."""
+loadgroup`): one worker runs them one after another, in collection order (the promotion e2e,
+the longest, first), while three run the rest, which mostly wait on servers and subprocesses
+(the integration tests alone kept the 2 cores 40% busy on 2 workers). Dealt to every worker,
+the model tests shared the cores with each other as well."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The model tests in one xdist group, and first: the longest unit of work starts at
-    once instead of being the last worker's tail."""
+    once instead of being the last worker's tail (xdist sends the largest group first, and
+    this order is the one without xdist too)."""
     for item in items:
         if item.get_closest_marker("model") is not None:
             item.add_marker(pytest.mark.xdist_group(MODEL_GROUP))
