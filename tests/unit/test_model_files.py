@@ -139,3 +139,44 @@ def test_resolve_model_takes_hub_ids_through_the_hub_cache_in_offline_mode(
         resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
     snapshot = hub_cache(tmp_path, "Qwen/Qwen2.5-0.5B-Instruct")
     assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == snapshot
+
+
+def test_processes_that_need_the_model_at_once_convert_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four services started together on a fresh machine each converted the packaged GGUF
+    (a minute or more of both cores each): none was healthy after two minutes. One converts
+    now, the others wait on the lock and read its result; what a converter killed before
+    left behind (469 MB a build) is removed."""
+    import threading
+    import time
+
+    from shared.serving import packaged as module
+
+    model = fake_model(tmp_path / "site", monkeypatch)
+    cache = tmp_path / "cache"
+    stale = cache / f".{model.name}.build-1"
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "model.safetensors").write_bytes(b"half written")
+    calls: list[Path] = []
+
+    def convert(gguf: Path, out: Path, model: PackagedModel) -> None:
+        calls.append(gguf)
+        time.sleep(0.3)  # long enough for every caller to arrive meanwhile
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(gguf.read_bytes())
+        (out / module.MARKER).write_text("{}")
+
+    monkeypatch.setattr(module, "_convert", convert)
+    results: list[Path] = []
+    callers = [
+        threading.Thread(target=lambda: results.append(module.converted(model, cache)))
+        for _ in range(3)
+    ]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert len(calls) == 1 and results == [cache / model.name] * 3
+    assert (cache / model.name / "model.safetensors").read_bytes() == b"".join(CHUNKS)
+    assert sorted(p.name for p in cache.iterdir()) == [f".{model.name}.lock", model.name]
