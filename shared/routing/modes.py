@@ -212,15 +212,20 @@ class EmbeddingRouting:
 def embedding_routing(
     kind: str, min_confidence: float, alone: Callable[[], bool] | None = None
 ) -> EmbeddingRouting:
-    """The embedding mode over the configured embedder: `minilm`, `minilm-int8`, `static`,
-    or `cascade` / `cascade-int8` (static vectors where they are sure, MiniLM or its int8
-    graph elsewhere). The int8 graph embeds queries only, MiniLM the profiles."""
-    main = {"cascade": "minilm", "cascade-int8": "minilm-int8"}.get(kind, kind)
+    """The embedding mode over the configured embedder: `minilm`, `minilm-int8`,
+    `distilled`, `static`, or `cascade` / `cascade-int8` / `cascade-distilled` (static
+    vectors where they are sure, MiniLM, its int8 graph or the distilled query encoder
+    elsewhere). The int8 graphs embed queries only, MiniLM the profiles."""
+    main = {
+        "cascade": "minilm",
+        "cascade-int8": "minilm-int8",
+        "cascade-distilled": "distilled",
+    }.get(kind, kind)
     return EmbeddingRouting(
         routing_embedder(main),
         min_confidence,
         quick=routing_embedder("static") if main != kind else None,
-        profiles=routing_embedder("minilm") if main == "minilm-int8" else None,
+        profiles=routing_embedder("minilm") if main in ("minilm-int8", "distilled") else None,
         alone=alone,
     )
 

@@ -115,6 +115,32 @@ def test_onnx_runtime_gives_minilm_s_own_vectors_and_int8_close_ones(tmp_path: P
         assert embeddings.cosine(got, want) > 0.98
 
 
+@pytest.mark.skipif(not embeddings.onnx_available(), reason="ONNX Runtime not installed")
+def test_the_distilled_query_encoder_gives_vectors_close_to_minilm_s(tmp_path: Path) -> None:
+    """The shipped distilled query encoder (`shared.routing.query_encoder`): its int8 graph
+    made once from the installed MiniLM and the shipped layers, named by their digest; its
+    vectors of requests near MiniLM's, and apart where MiniLM's are."""
+    from shared.routing import query_encoder
+
+    texts = [
+        "Please set an alarm for 7:30 tomorrow called 'Gym'.",
+        "wake me up at seven with an alarm",
+        "I want a refund for order W2000, it arrived broken.",
+        "Who painted the Mona Lisa?",
+    ]
+    reference = embeddings.MiniLM().embed(texts)
+    distilled = embeddings.OnnxMiniLM(tmp_path, int8=True, distilled=True)
+    vectors = distilled.embed(texts)
+    [graph] = tmp_path.glob(f"*.distilled-{query_encoder.digest()}.int8-per-channel.onnx")
+    assert graph.stat().st_size < 20e6  # the token embeddings and two layers (MiniLM's: 23 MB)
+    # 0.78 to 0.84 for the weights of session 19 (0.99 for MiniLM's own int8 graph)
+    for got, want in zip(vectors, reference, strict=True):
+        assert embeddings.cosine(got, want) > 0.7
+    alarm, wake, refund, painting = vectors
+    assert embeddings.cosine(alarm, wake) > embeddings.cosine(alarm, refund)
+    assert embeddings.cosine(alarm, wake) > embeddings.cosine(wake, painting)
+
+
 def test_the_static_vectors_read_the_tokens_transformers_reads() -> None:
     """The static vectors tokenize through the Rust tokenizer itself (transformers' Python
     around it cost 0.1 ms a request), not padded: the packaged tokenizer.json pads to 128,

