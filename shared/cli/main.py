@@ -40,7 +40,9 @@ from shared.cli.train import adapters, train
 from shared.cli.work import bar, cancel_command
 from shared.config import ServiceConfig
 from shared.embedded import pid_alive, stop_embedded
+from shared.errors import ConfigError
 from shared.logging import configure_logging, redact
+from shared.serving.model_files import resolve_model
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import migrate as migrations
 from shared.store.tenants import create_tenant, list_tenants
@@ -108,6 +110,16 @@ def up(only: tuple[str, ...], port_offset: int, ready_timeout: float, model: str
     existing = read_state(cfg)
     if existing is not None and pid_alive(existing.pid):
         _fail(f"`retrace up` is already running (pid {existing.pid}) for {cfg.storage.data_path}")
+    served = _model_to_serve(model)
+    if served is not None and importlib.util.find_spec("transformers") is not None:
+        # a packaged model is converted once, minutes on a fresh 2-core machine: before the
+        # services start, so that wait is not counted against --ready-timeout (a fresh
+        # machine's `up` gave up on its model server while it was still converting)
+        with console.status(f"preparing the model {served} (converted once, then cached)"):
+            try:
+                resolve_model(served)
+            except ConfigError as exc:
+                _fail(str(exc))
     with console.status("starting NATS and Postgres"):
         nats_url, db_url = urls(cfg, start=True)
         assert nats_url and db_url
@@ -115,7 +127,6 @@ def up(only: tuple[str, ...], port_offset: int, ready_timeout: float, model: str
         migrations.upgrade(db_url, cfg.database.schema)
         asyncio.run(_ensure_default_tenant(cfg))
     chosen = {name: SERVICES[name] + port_offset for name in (only or SERVICES)}
-    served = _model_to_serve(model)
     if served is not None:
         chosen[MODEL] = MODEL_PORT + port_offset
     state = RunState(

@@ -23,6 +23,7 @@ import pytest
 
 from shared.cli.context import SERVICES
 from shared.cli.supervisor import MODEL, MODEL_PORT
+from shared.serving.model_files import resolve_model
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -95,7 +96,22 @@ def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.Com
     )
 
 
+def test_up_prepares_its_model_before_anything_starts(env: dict[str, str], tmp_path: Path) -> None:
+    """`up` readies the model it serves first (a packaged one converted then, minutes on a
+    fresh machine, so that wait is not counted against --ready-timeout: a fresh machine's
+    `up` gave up on its model server while it was converting). A model it cannot find is
+    one clear line at once, before NATS or Postgres start, not a server never healthy."""
+    pytest.importorskip("transformers")
+    result = cli(env, "up", "--model", "no-such-model", timeout=60)
+    assert result.returncode == 1 and "unknown model 'no-such-model'" in result.stderr
+    assert "Traceback" not in result.stderr
+    data = tmp_path / "data"
+    assert not (data / "nats").exists() and not (data / "postgres").exists()
+
+
 def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) -> None:
+    if importlib.util.find_spec("torch") is not None:
+        resolve_model(DEFAULT_AGENT_MODEL)  # converted once (minutes), before the clock starts
     offset = free_offset(20_000)
     up = subprocess.Popen(
         [*RETRACE, "up", "--port-offset", str(offset)],
@@ -271,6 +287,8 @@ def running_up(
     """`retrace up --only ...` on free ports (and `--model` when given), healthy before the
     body runs, stopped after; yields the port offset (a service's port is its default plus
     it)."""
+    if model != "none":  # converted once (minutes on a fresh machine), before the clock starts
+        resolve_model(model or DEFAULT_AGENT_MODEL)
     offset = free_offset(first_port)
     flags = [arg for name in only for arg in ("--only", name)]
     flags += ["--model", model] if model else []
