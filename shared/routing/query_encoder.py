@@ -54,9 +54,7 @@ def load(encoder: Any, teacher_version: str, path: Path = WEIGHTS) -> Any:
     were trained against another MiniLM than the one installed."""
     from safetensors import safe_open
 
-    if not path.exists():
-        raise ConfigError(f"the distilled query encoder's weights are missing: {path}")
-    with safe_open(str(path), framework="pt") as f:
+    with safe_open(str(_present(path)), framework="pt") as f:
         meta = f.metadata() or {}
         state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118  safe_open has no iterator
     if meta.get("teacher_version") != teacher_version:
@@ -70,7 +68,15 @@ def load(encoder: Any, teacher_version: str, path: Path = WEIGHTS) -> Any:
 
 def digest(path: Path = WEIGHTS) -> str:
     """A short name for the weights' contents (the ONNX graph made of them is kept under it)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(_present(path).read_bytes()).hexdigest()[:12]
+
+
+def _present(path: Path) -> Path:
+    """`path`, or a clear error where the weights are not installed (the embedder names its
+    graph by their digest before it loads them)."""
+    if not path.exists():
+        raise ConfigError(f"the distilled query encoder's weights are missing: {path}")
+    return path
 
 
 def save(state: dict[str, Any], layers: list[int], teacher_version: str, path: Path) -> None:

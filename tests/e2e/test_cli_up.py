@@ -74,6 +74,13 @@ def free_offset(first: int) -> int:
     return next(37 * k for k in steps if k % workers == worker and _ports_free(37 * k))
 
 
+def converted_first(model: str) -> None:
+    """The model `up` will serve, converted before a test's health clock starts (minutes on
+    a fresh machine), where `up` itself would convert it (transformers installed)."""
+    if importlib.util.find_spec("transformers") is not None:
+        resolve_model(model)
+
+
 def _ports_free(offset: int) -> bool:
     for port in [*SERVICES.values(), MODEL_PORT]:
         with socket.socket() as sock:
@@ -110,8 +117,7 @@ def test_up_prepares_its_model_before_anything_starts(env: dict[str, str], tmp_p
 
 
 def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) -> None:
-    if importlib.util.find_spec("torch") is not None:
-        resolve_model(DEFAULT_AGENT_MODEL)  # converted once (minutes), before the clock starts
+    converted_first(DEFAULT_AGENT_MODEL)
     offset = free_offset(20_000)
     up = subprocess.Popen(
         [*RETRACE, "up", "--port-offset", str(offset)],
@@ -287,8 +293,8 @@ def running_up(
     """`retrace up --only ...` on free ports (and `--model` when given), healthy before the
     body runs, stopped after; yields the port offset (a service's port is its default plus
     it)."""
-    if model != "none":  # converted once (minutes on a fresh machine), before the clock starts
-        resolve_model(model or DEFAULT_AGENT_MODEL)
+    if model != "none":
+        converted_first(model or DEFAULT_AGENT_MODEL)
     offset = free_offset(first_port)
     flags = [arg for name in only for arg in ("--only", name)]
     flags += ["--model", model] if model else []

@@ -57,6 +57,8 @@ def test_weights_for_another_minilm_or_none_at_all_are_refused(tmp_path: Path) -
     path = tmp_path / "student.safetensors"
     with pytest.raises(ConfigError, match="missing"):
         query_encoder.load(tiny_bert(), "1.2.3", path)
+    with pytest.raises(ConfigError, match="missing"):  # the embedder asks for it first
+        query_encoder.digest(path)
     student = query_encoder.student_of(tiny_bert(), [0, 1])
     query_encoder.save(student.state_dict(), [0, 1], "1.2.3", path)
     with pytest.raises(ConfigError, match=re.escape("'1.2.3', but '2.0.0' is installed")):
