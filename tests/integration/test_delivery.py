@@ -290,7 +290,11 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_retried(
             await eventually(lambda: _pong_count(bus, 1), within=20)
             assert (await effect_counts(store.engine))["hang"] == 1
             assert await dead_letters(bus) == []
+            # At least the first delivery timed out. It may be counted twice: nats-server
+            # before 2.10.14 (nats-server#5305) can hand a message whose pull request expired
+            # to the next fetch again as delivery 1, and that copy sleeps as the first did.
+            # Either way the work is done once, which is what at-least-once delivery promises.
             timed_out = service.metrics.handled.labels(Ping.kind(), "retried")._value.get()
-            assert timed_out == 1
+            assert timed_out >= 1
         finally:
             await bus.close()
