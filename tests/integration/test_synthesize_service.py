@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import msgspec
 import pytest
@@ -32,7 +33,7 @@ from shared.store.tenants import create_tenant
 from tests.integration.test_delivery import eventually, healthy
 from tests.support.fake_chat import FakeJudge, script
 from tests.support.oracle_llm import OracleLLM
-from tests.support.transactions import open_transactions
+from tests.support.transactions import database_now, open_transactions
 from tests.unit.test_synthetic_template import TIMED_ALARM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -167,6 +168,23 @@ async def test_trivial_environment_is_adjusted_then_reported(
     assert envs[1].calibration["result"]["reasons"][0] in reason
 
 
+class WatchedWriter(FakeJudge):
+    """A writer model that, as it replies, counts the transactions that began before its
+    request came and are still open: one held across its call would be; the short ones
+    around it are long closed, however slowly a loaded machine runs them."""
+
+    def __init__(self, store: Store, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.store = store
+        self.held: list[int] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        began = await database_now(self.store)
+        response = await super().handle(request)  # after its delay
+        self.held.append(await open_transactions(self.store, begun_before=began))
+        return response
+
+
 async def test_a_written_template_is_calibrated_and_a_bad_one_falls_back(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
@@ -174,20 +192,9 @@ async def test_a_written_template_is_calibrated_and_a_bad_one_falls_back(
     # alarm requests are unique per task (a contact template repeats requests over worlds).
     written = template_spec(NAME, DEFINITION, TIMED_ALARM)
     reply = json.dumps({"template": msgspec.to_builtins(TIMED_ALARM)})
-    writer = FakeJudge(script(reply), delay=2.5)  # a writer model that takes its time
-    held: list[int] = []
-
-    async def watch() -> None:  # a transaction held across the writer's call shows here
-        while True:
-            held.append(await open_transactions(store, older_than_s=1.0))
-            await asyncio.sleep(0.1)
-
-    watcher = asyncio.create_task(watch())
-    try:
-        [env] = await _run(service_cfg, 0.5, store, regenerations=1, writer=writer, played=written)
-    finally:
-        watcher.cancel()
-    assert writer.requests and len(held) > 20 and max(held) == 0
+    writer = WatchedWriter(store, script(reply), delay=2.5)  # a writer that takes its time
+    [env] = await _run(service_cfg, 0.5, store, regenerations=1, writer=writer, played=written)
+    assert writer.requests and len(writer.held) == len(writer.requests) and max(writer.held) == 0
     assert env.status == "ready" and env.spec["scenario"] == "template"
     assert env.spec["template"] == msgspec.to_builtins(TIMED_ALARM)
     async with store.tenant("acme") as session:
