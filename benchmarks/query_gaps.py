@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.static_routing import requests
-from shared.embeddings import OnnxMiniLM, routing_embedder
+from shared.embeddings import routing_embedder
 
 
 def timings(embedder: Any, texts: list[str], gap: float, tag: str) -> dict[str, float]:
@@ -40,9 +40,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     texts = list(dict.fromkeys(text for _, _, text in requests()))[: args.queries]
     results: dict[str, Any] = {"queries": len(texts), "rounds": []}
     embedders = {kind: routing_embedder(kind) for kind in args.embedders}
-    for embedder in embedders.values():
-        if isinstance(embedder, OnnxMiniLM):
-            embedder._load()  # the graph's first load (or export) is not a query's time
+    for embedder in embedders.values():  # loaded (or exported) first: not a query's time
         timings(embedder, texts[:20], 0.0, "warm")
     for round_ in (1, 2):
         for gap in args.gaps:
