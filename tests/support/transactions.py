@@ -9,23 +9,20 @@ from sqlalchemy import text
 from shared.store import Store
 
 
-async def open_transactions(
-    store: Store, older_than_s: float = 0.0, *, begun_before: datetime | None = None
-) -> int:
+async def open_transactions(store: Store, *, begun_before: datetime) -> int:
     """Connections of `store`'s deployment (its schema's `application_name`; other than the
-    asking one) idle inside a transaction that began more than `older_than_s` seconds ago,
-    and before `begun_before` (the database's clock, see `database_now`) when given.
-    Tests running beside it, in other schemas, are not counted."""
+    asking one) idle inside a transaction that began before `begun_before` (the database's
+    clock, see `database_now`): one held through the work that began then. Tests running
+    beside it, in other schemas, are not counted."""
     async with store.cross_tenant() as session:
         count = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND application_name = current_setting('application_name') "
                 "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid() "
-                "AND now() - xact_start > make_interval(secs => :age) "
-                "AND (CAST(:before AS timestamptz) IS NULL OR xact_start < :before)"
+                "AND xact_start < :before"
             ),
-            {"age": older_than_s, "before": begun_before},
+            {"before": begun_before},
         )
     return int(count or 0)
 
