@@ -32,6 +32,7 @@ from services.router.conversations import History, Known, Recent
 from services.router.limits import SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
+from services.router.upstream import Upstream, UpstreamError
 from shared import embeddings
 from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.adapters import Served
@@ -62,8 +63,6 @@ from shared.store.tenants import hash_key, live_key_and_quotas
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
-JSON = {"Content-Type": "application/json"}
-"""A relayed body's type (encoded by msgspec: aiohttp's `json=` uses the slower stdlib)."""
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 """A chat request's top-level fields, each kept as the caller's bytes: the router changes
 only `model`, and re-encoding a long history cost the event loop as much as reading it."""
@@ -167,7 +166,13 @@ class RouterApp:
         self.upstream = cfg.model.url.rstrip("/")
         if not self.upstream.endswith("/v1"):
             self.upstream += "/v1"
-        self._http: aiohttp.ClientSession | None = None
+        self.relay = Upstream(
+            self.upstream,
+            headers={"Authorization": f"Bearer {cfg.model.api_key}"},
+            timeout=cfg.model.request_timeout,
+        )
+        """The chat requests' way to the model server, with its key (`RETRACE_MODEL_API_KEY`)
+        on every request, as the model client sends it."""
         self.spool = Spool(
             Path(cfg.spool_dir).expanduser()
             if cfg.spool_dir
@@ -234,18 +239,7 @@ class RouterApp:
         if self.recorder is not None:  # what was answered is written first, if it can be
             await self.recorder.close(self.cfg.consumer.shutdown_grace)
         await self.client.close()
-        if self._http is not None:
-            await self._http.close()
-
-    def http(self) -> aiohttp.ClientSession:
-        """The relay's session to the model server, with its key (`RETRACE_MODEL_API_KEY`)
-        on every request, as the model client sends it."""
-        if self._http is None:
-            timeout = aiohttp.ClientTimeout(total=self.cfg.model.request_timeout)
-            self._http = aiohttp.ClientSession(
-                timeout=timeout, headers={"Authorization": f"Bearer {self.cfg.model.api_key}"}
-            )
-        return self._http
+        await self.relay.close()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -546,12 +540,8 @@ class RouterApp:
     ) -> web.Response:
         started = time.perf_counter()
         try:
-            async with self.http().post(
-                f"{self.upstream}/chat/completions", data=msgspec.json.encode(body), headers=JSON
-            ) as resp:
-                payload = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, payload = await self.relay.post("/chat/completions", msgspec.json.encode(body))
+        except (UpstreamError, TimeoutError) as exc:
             return self._unreachable(headers, exc)
         if status != 200:
             self._count(headers, f"upstream_{status}")
@@ -588,43 +578,46 @@ class RouterApp:
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         try:
-            upstream = await self.http().post(
-                f"{self.upstream}/chat/completions", data=msgspec.json.encode(body), headers=JSON
-            )
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return self._unreachable(headers, exc)
-        async with upstream:
-            if upstream.status != 200:
-                self._count(headers, f"upstream_{upstream.status}")
-                return _upstream_refusal(upstream.status, await upstream.read(), headers)
-            out = web.StreamResponse(
-                headers={
-                    "Content-Type": "text/event-stream",
-                    "Cache-Control": "no-cache",
-                    **headers,
-                }
-            )
-            await out.prepare(request)
-            try:
-                async for line in upstream.content:
-                    await out.write(line)
-                    _accumulate(line, content, calls)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                # the endpoint broke off (or timed out) mid-reply: the status went out with
-                # the first chunk, so the stream ends with an error event, OpenAI's way; a
-                # turn without its whole reply is not recorded
-                self._count(headers, "upstream_error")
-                log.warning("inference endpoint broke off a stream", error=repr(exc))
-                failed = ErrorResponse(
-                    error=ErrorBody(
-                        message="the inference endpoint broke off the reply; try again",
-                        type="upstream_error",
-                        code=502,
-                    )
+            async with self.relay.stream(
+                "/chat/completions", msgspec.json.encode(body)
+            ) as upstream:
+                if upstream.status != 200:
+                    self._count(headers, f"upstream_{upstream.status}")
+                    return _upstream_refusal(upstream.status, await upstream.read(), headers)
+                out = web.StreamResponse(
+                    headers={
+                        "Content-Type": "text/event-stream",
+                        "Cache-Control": "no-cache",
+                        **headers,
+                    }
                 )
-                await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
-                await out.write_eof()
-                return out
+                await out.prepare(request)
+                partial = b""  # a line the last chunk ended inside
+                try:
+                    async for chunk in upstream.chunks():
+                        await out.write(chunk)
+                        *lines, partial = (partial + chunk).split(b"\n")
+                        for line in lines:
+                            _accumulate(line, content, calls)
+                    _accumulate(partial, content, calls)
+                except (UpstreamError, TimeoutError) as exc:
+                    # the endpoint broke off (or timed out) mid-reply: the status went out
+                    # with the first chunk, so the stream ends with an error event, OpenAI's
+                    # way; a turn without its whole reply is not recorded
+                    self._count(headers, "upstream_error")
+                    log.warning("inference endpoint broke off a stream", error=repr(exc))
+                    failed = ErrorResponse(
+                        error=ErrorBody(
+                            message="the inference endpoint broke off the reply; try again",
+                            type="upstream_error",
+                            code=502,
+                        )
+                    )
+                    await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
+                    await out.write_eof()
+                    return out
+        except (UpstreamError, TimeoutError) as exc:  # before the reply began
+            return self._unreachable(headers, exc)
         reply = {
             "role": "assistant",
             "content": "".join(content) or None,
