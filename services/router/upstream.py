@@ -58,15 +58,29 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.timed_out = False
+        self._whole = False
+        """The reply is read whole (`whole`), not as it comes."""
 
-    def begin(self, request: bytes) -> None:
-        """Send a request; its reply's state starts afresh."""
+    def begin(self, request: bytes, deadline: float | None) -> None:
+        """Send a request; its reply's state starts afresh, and must end by `deadline` (the
+        loop's clock; None: no limit)."""
         assert self.transport is not None
         self.busy, self.status, self.head, self.complete = True, 0, False, False
         self.keep_alive, self.received, self.error, self._framed = False, 0, None, False
+        self.timed_out = self._whole = False
         self._body.clear()
         self._buffered = 0
+        if deadline is not None:  # one timer a request (a timeout a wait cost a tenth more)
+            self._timer = self._loop.call_at(deadline, self._expire)
         self.transport.write(request)
+
+    def end(self) -> None:
+        """The request is done with (its reply read, or given up)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def reusable(self) -> bool:
         return (
@@ -82,11 +96,24 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def until_head(self, deadline: float | None) -> None:
+    async def until_head(self) -> None:
         while not self.head:
-            await self._wait(deadline)
+            await self._wait()
 
-    async def chunks(self, deadline: float | None) -> AsyncIterator[bytes]:
+    async def whole(self) -> bytes:
+        """The rest of the reply's body, once it has all come."""
+        self._whole = True  # all of it is kept anyway: reading need not pause
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        while not self.complete:
+            await self._wait()
+        body = b"".join(self._body)
+        self._body.clear()
+        self._buffered = 0
+        return body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
         """The reply's body as it arrives, until its end."""
         while True:
             if self._body:
@@ -99,19 +126,29 @@ class _Connection(asyncio.Protocol):
             elif self.complete:
                 return
             else:
-                await self._wait(deadline)
+                await self._wait()
 
-    async def _wait(self, deadline: float | None) -> None:
-        if self.error is not None:
-            raise self.error
+    async def _wait(self) -> None:
+        self._raise()
         self._waiter = self._loop.create_future()
         try:
-            async with asyncio.timeout_at(deadline):
-                await self._waiter
+            await self._waiter
         finally:
             self._waiter = None
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.timed_out:
+            raise TimeoutError("the model server did not answer in time")
         if self.error is not None:
             raise self.error
+
+    def _expire(self) -> None:
+        self._timer = None
+        if not self.complete:
+            self.timed_out = True
+            self.close()
+            self._wake()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -139,7 +176,12 @@ class _Connection(asyncio.Protocol):
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._fail(UpstreamError(f"the model server's reply is not HTTP/1.1: {exc}"))
             return
-        if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
+        if (
+            self._buffered > HIGH_WATER
+            and not self._whole
+            and not self._paused
+            and self.transport is not None
+        ):
             self._paused = True
             self.transport.pause_reading()
         self._wake()
@@ -179,16 +221,15 @@ class _Connection(asyncio.Protocol):
 class Reply:
     """A reply in progress: its status, then its body (`read`, or `chunks` as it comes)."""
 
-    def __init__(self, connection: _Connection, deadline: float | None) -> None:
+    def __init__(self, connection: _Connection) -> None:
         self._connection = connection
-        self._deadline = deadline
         self.status = connection.status
 
     def chunks(self) -> AsyncIterator[bytes]:
-        return self._connection.chunks(self._deadline)
+        return self._connection.chunks()
 
     async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.chunks()])
+        return await self._connection.whole()
 
 
 class Upstream:
@@ -226,25 +267,21 @@ class Upstream:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """The reply's status and whole body."""
-        async with self.stream(path, body) as reply:
-            return reply.status, await reply.read()
+        async with self._slot():
+            connection = await self._send(self._request(path, body))
+            try:
+                return connection.status, await connection.whole()
+            finally:
+                self._release(connection)
 
     @asynccontextmanager
     async def stream(self, path: str, body: bytes) -> AsyncIterator[Reply]:
         """The reply once its status and headers came; its body is read inside the block (a
         connection left with its reply unread is closed, not reused)."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limit)
-        loop = asyncio.get_running_loop()
-        deadline = None if self.timeout is None else loop.time() + self.timeout
-        request = b"".join(
-            (b"POST ", self._base, path.encode(), b" HTTP/1.1\r\n", self._head,
-             b"Content-Length: %d\r\n\r\n" % len(body), body)
-        )  # fmt: skip
-        async with self._slots:
-            connection = await self._send(request, deadline)
+        async with self._slot():
+            connection = await self._send(self._request(path, body))
             try:
-                yield Reply(connection, deadline)
+                yield Reply(connection)
             finally:
                 self._release(connection)
 
@@ -254,13 +291,26 @@ class Upstream:
         self._open.clear()
         self._idle.clear()
 
-    async def _send(self, request: bytes, deadline: float | None) -> _Connection:
+    def _slot(self) -> asyncio.Semaphore:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        return self._slots
+
+    def _request(self, path: str, body: bytes) -> bytes:
+        return b"".join(
+            (b"POST ", self._base, path.encode(), b" HTTP/1.1\r\n", self._head,
+             b"Content-Length: %d\r\n\r\n" % len(body), body)
+        )  # fmt: skip
+
+    async def _send(self, request: bytes) -> _Connection:
         """A connection whose reply to `request` has begun (status and headers read)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
         while True:
             connection, reused = await self._connection(deadline)
-            connection.begin(request)
+            connection.begin(request, deadline)
             try:
-                await connection.until_head(deadline)
+                await connection.until_head()
                 return connection
             except UpstreamError:
                 self._release(connection)
@@ -296,6 +346,7 @@ class Upstream:
         return connection, False
 
     def _release(self, connection: _Connection) -> None:
+        connection.end()
         if connection.reusable() and len(self._idle) < self.limit:
             connection.busy = False
             self._idle.append(connection)
