@@ -34,6 +34,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -275,12 +276,13 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             assert upstream.port is not None
             latency = await _latency(args, key, upstream.port)
             streaming = await _first_tokens(args, key, upstream.port)
+            pids = [proc.pid for proc in routers]
             sustained = {
                 "direct": await _sustained(
-                    f"http://127.0.0.1:{upstream.port}/v1/chat/completions", "", args
+                    f"http://127.0.0.1:{upstream.port}/v1/chat/completions", "", args, pids
                 ),
                 "router": await _sustained(
-                    f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args
+                    f"http://127.0.0.1:{args.port}/v1/chat/completions", key, args, pids
                 ),
             }
             answered = args.requests + args.streams + int(sustained["router"]["requests"])
@@ -423,8 +425,40 @@ async def _drop(database_url: str, schema: str) -> None:
     await store.close()
 
 
-async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, float]:
-    """Requests/s a separate load-generator process gets from `url`."""
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user and system), from /proc; 0 where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(routers: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the routers, this process (the stand-in endpoint) and the local
+    Postgres server's processes (none where it runs elsewhere)."""
+    postgres = 0.0
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if command.startswith(b"postgres"):
+                postgres += _cpu_s(int(entry.name))
+    return {
+        "routers": sum(_cpu_s(pid) for pid in routers),
+        "endpoint": time.process_time(),
+        "postgres": postgres,
+    }
+
+
+async def _sustained(
+    url: str, key: str, args: argparse.Namespace, routers: list[int]
+) -> dict[str, Any]:
+    """Requests/s a separate load-generator process gets from `url`, and the CPU time each
+    part spent a request meanwhile (Linux: /proc; the load generator measures its own)."""
+    before = _cpu(routers)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.router_overhead", "--load-url", url,
         "--load-key", key, "--concurrency", str(args.concurrency),
@@ -435,7 +469,12 @@ async def _sustained(url: str, key: str, args: argparse.Namespace) -> dict[str, 
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"load generator failed ({proc.returncode})")
-    result: dict[str, float] = json.loads(out)
+    after = _cpu(routers)
+    result: dict[str, Any] = json.loads(out)
+    answered = max(1, int(result["requests"]))
+    spent = {part: after[part] - before[part] for part in after}
+    spent["load_generator"] = float(result.pop("cpu_s"))
+    result["cpu_ms_per_request"] = {k: round(v * 1000 / answered, 4) for k, v in spent.items()}
     return result
 
 
@@ -465,11 +504,12 @@ async def load(
             failed += not ok
             i += 1
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(client(n, http) for n in range(concurrency)))
     wall = time.perf_counter() - started
     return {
+        "cpu_s": time.process_time() - cpu,
         "requests": done,
         "failed": failed,
         "wall_s": wall,
