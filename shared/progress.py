@@ -4,7 +4,8 @@ A long handler (a rollout batch, a training job, a prompt optimisation) runs ins
 `async with Tracker(...) as work: await work.start(done)`, on its request's or job's id:
 the row says what it is, how far it got (done of total) and since when, so `retrace
 status` and every `--wait` can draw a bar with a rate and an ETA.
-Each write is its own short transaction, at most one every `every_s` (and the last one).
+Each write is its own short transaction: the first unit done at once (a job shows it has
+begun to move), then at most one every `every_s`, and the last one.
 
 Cancellation goes the other way: `retrace cancel` sets the row's `cancel_requested` (or
 ends the job's cycle); every write reads it back, and `Tracker.watch` polls it for work that
@@ -59,6 +60,8 @@ class Tracker:
         self.done = 0
         self.final: str | None = None
         self._written = 0.0
+        self._moved = False
+        """A unit has been counted since the job started (its first is written at once)."""
         self._lock = asyncio.Lock()
 
     async def start(self, done: int = 0) -> Tracker:
@@ -91,10 +94,11 @@ class Tracker:
         return self
 
     async def advance(self, n: int = 1) -> None:
-        """Count `n` more done; written at most every `every_s` (and when all are done).
-        `Cancelled` when the job was cancelled meanwhile."""
+        """Count `n` more done; written the first time, then at most every `every_s` (and
+        when all are done). `Cancelled` when the job was cancelled meanwhile."""
         self.done += n
-        if self.done < self.total and time.monotonic() - self._written < self.every_s:
+        first, self._moved = not self._moved, True
+        if not first and self.done < self.total and time.monotonic() - self._written < self.every_s:
             return
         await self.set(self.done)
 

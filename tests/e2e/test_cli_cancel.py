@@ -5,6 +5,7 @@ ends the cycle and stops the job."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -35,9 +36,12 @@ def _until(check: Any, within: float) -> Any:
 
 def test_a_running_cycle_shows_its_progress_and_is_cancelled(env: dict[str, str]) -> None:  # noqa: F811
     toolbox = get_environment("toolbox")
-    # 3 s a reply: the diagnosis must outlast the three status calls below (with 1 s it could
-    # end between them, and the human view showed the cycle's next job)
-    with serve_in_thread(OracleLLM(toolbox, delay=3.0).app()) as model_url:
+    # the diagnosis must outlast the status calls below: two tasks' episodes are answered
+    # (its progress), the rest wait until the cycle is cancelled. A delay of 3 s a reply was
+    # not enough where a CLI call took seconds (the job ended before `cancel` came).
+    held = threading.Event()
+    oracle = OracleLLM(toolbox, delay=0.5, hold=held, pass_first=2)
+    with serve_in_thread(oracle.app()) as model_url:
         env = {**env, "RETRACE_MODEL_URL": model_url}
         with running_up(
             env, "rollout", "contrast", "synthesize", "evaluator", "api", first_port=26000
@@ -64,6 +68,7 @@ def test_a_running_cycle_shows_its_progress_and_is_cancelled(env: dict[str, str]
             assert "running jobs" in human.stdout and "/24 episodes" in human.stdout
 
             cancelled = cli(env, "cancel", cycle["cycle"])
+            held.set()
             assert cancelled.returncode == 0, cancelled.stderr
             assert "cancelled cycle" in cancelled.stdout and "1 running job" in cancelled.stdout
 

@@ -128,6 +128,7 @@ def test_agent_commands_without_the_control_api_say_how_to_start_it(
     assert "no key for the control API" in line and "RETRACE_API_KEY" in line, line
 
 
+@pytest.mark.timeout(420)  # 24 CLI processes: 51 s alone, over 180 s beside 3 other workers
 def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None:
     """`tenant quota`: set, shown with usage, enforced on the next agent (one line naming the
     quota), cleared with `none`; a quota that is not a number is a usage error (a request

@@ -45,9 +45,12 @@ async def test_progress_is_written_and_a_finished_block_says_so(
         cycle_id=cycle_id, every_s=3600,
     ) as work:  # fmt: skip
         await work.start(1)  # a resumed batch: one episode was stored before
-        await work.advance()  # throttled: not written yet
         assert (await _row(store, work_id)).done == 1
-        await work.advance(2)  # all done: written at once
+        await work.advance()  # the first since the start: written at once
+        assert (await _row(store, work_id)).done == 2
+        await work.advance()  # throttled: not written yet
+        assert (await _row(store, work_id)).done == 2
+        await work.advance()  # all done: written at once
         assert (await _row(store, work_id)).done == 4
         async with store.tenant("acme") as session:
             [shown] = await running(session, cycle_id)

@@ -19,6 +19,8 @@ from aiohttp import web
 from shared.envs.protocol import Environment, TaskSpec
 from shared.llm.openai_types import ChatRequest
 
+HOLD_LIMIT_S = 300.0
+
 
 class OracleLLM:
     def __init__(
@@ -28,10 +30,18 @@ class OracleLLM:
         fail: set[str] = frozenset(),
         delay: float = 0.0,
         fail_rate: float = 0.0,
+        hold: threading.Event | None = None,
+        pass_first: int = 0,
     ) -> None:
+        """With `hold`, the replies to all but the first `pass_first` tasks asked about (by
+        their opening request) wait until it is set: a rollout that stays under way for as
+        long as a test needs, however slow the machine."""
         self.references: dict[str, list[dict[str, Any]]] = {}
         self.fail = fail
         self.delay = delay
+        self.hold = hold
+        self.pass_first = pass_first
+        self._passed: set[str] = set()
         self.calls = 0
         self.fail_rate = fail_rate
         self._rng = random.Random(0)
@@ -45,6 +55,12 @@ class OracleLLM:
         if self.delay:
             await asyncio.sleep(self.delay)
         opening = next((m.content for m in req.messages if m.role == "user"), "") or ""
+        if self.hold is not None and opening not in self._passed:
+            if len(self._passed) < self.pass_first:
+                self._passed.add(opening)
+            else:  # set by the test's thread, not this server's loop (bounded: a test
+                # that fails before setting it must not leave threads waiting at exit)
+                await asyncio.to_thread(self.hold.wait, HOLD_LIMIT_S)
         script = self.references.get(opening, [])
         turn = sum(1 for m in req.messages if m.role == "assistant")
         if self.fail_rate and turn == 0 and self._rng.random() < self.fail_rate:
