@@ -109,7 +109,11 @@ class Upstream:
         await out.prepare(request)
         for piece in ("Sure", ", done."):
             chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
-            await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            event = f"data: {json.dumps(chunk)}\n\n".encode()
+            # each event in two reads, split inside its JSON: the router reassembles lines
+            await out.write(event[:20])
+            await asyncio.sleep(0.01)
+            await out.write(event[20:])
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
