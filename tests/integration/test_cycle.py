@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -191,9 +192,14 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
     assert await state(cycle_id) == "synthesizing"  # waiting for the other capability
     await send(SynthesisFailed(capability_id=cap_ids[1], reason="too hard", cycle_id=cycle_id))
     await reaches(cycle_id, "training")
-    trains = await emitted(bus, work, TrainRequested)
     async with store.tenant("acme") as session:
         all_jobs = list(await session.scalars(select(TrainingJob)))
+    # the jobs commit with the state, their requests are published after: one may follow
+    # a moment later (it did, on a slow machine)
+    deadline = time.monotonic() + 10
+    while len(trains := await emitted(bus, work, TrainRequested)) < len(all_jobs):
+        assert time.monotonic() < deadline, f"{len(trains)} of {len(all_jobs)} jobs requested"
+        await asyncio.sleep(0.1)
     assert {t.job_id for t in trains} == {j.id for j in all_jobs}  # type: ignore[attr-defined]
     [job] = [j for j in all_jobs if j.environment_id == env_id]
     [baseline_job] = [
