@@ -2,11 +2,11 @@
 upstream, each reply parsed by llhttp (httptools).
 
 Every chat request the router relays is one POST of bytes the router already holds, and
-one reply, read whole or passed on as it comes. aiohttp's client cost 0.3 to 0.4 ms of CPU
-a request for that on a 2-core machine, a fifth of all the router did (docs/benchmarks.md,
-session 21); this is the part of a client the relay needs, and no more: no redirects,
-cookies, proxies or decompression (the model server sends none of them), the service key
-and `Host` encoded once.
+one reply, read whole or passed on as it comes. A pass-through proxy with aiohttp's client
+took 0.57 to 0.59 ms of CPU a request on a 2-core machine, with this pool 0.30 to 0.32
+(`benchmarks/relay_client.py`, docs/benchmarks.md, session 21). This is the part of a
+client the relay needs, and no more: no redirects, cookies, proxies or decompression (the
+model server sends none of them), the service key and `Host` encoded once.
 
 A connection found idle in the pool may have been closed by the server a moment before it
 was used (vLLM closes idle ones after 5 s): a request it fails before a byte of the reply

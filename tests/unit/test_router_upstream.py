@@ -59,13 +59,19 @@ class Server:
             writer.close()
 
 
-def reply(body: bytes, status: int = 200) -> Answer:
+def sends(raw: bytes, *, keep: bool = True) -> Answer:
+    """An answer of these bytes to every request; `keep` False: the connection closed after."""
+
     async def answer(_: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 %d OK\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body)
+        writer.write(raw)
         await writer.drain()
-        return True
+        return keep
 
     return answer
+
+
+def reply(body: bytes, status: int = 200) -> Answer:
+    return sends(b"HTTP/1.1 %d OK\r\nContent-Length: %d\r\n\r\n" % (status, len(body)) + body)
 
 
 async def test_a_reply_read_whole_and_the_connection_kept() -> None:
@@ -142,11 +148,7 @@ def test_a_body_however_it_is_framed_and_split_arrives_whole(
 
 
 async def test_a_body_that_ends_with_the_connection() -> None:
-    async def answer(_: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
-        await writer.drain()
-        return False
-
+    answer = sends(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it", keep=False)
     async with Server(answer) as server:
         up = Upstream(server.url)
         assert await up.post("/x", b"{}") == (200, b"all of it")
@@ -156,11 +158,8 @@ async def test_a_body_that_ends_with_the_connection() -> None:
 
 
 async def test_a_reply_that_says_close_is_the_connections_last() -> None:
-    async def says_close(_: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
-        return True  # and goes on reading: only the client's keeping to it is tested
-
+    # and the server goes on reading: only the client's keeping to it is tested
+    says_close = sends(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
     async with Server(says_close) as server:
         up = Upstream(server.url)
         assert await up.post("/x", b"{}") == (200, b"ok")
@@ -210,11 +209,8 @@ async def test_a_reply_larger_than_the_buffer_is_read_whole() -> None:
 
 
 async def test_an_idle_connection_the_server_closed_is_not_an_error() -> None:
-    async def once(_: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
-        return False  # closes the connection, keep-alive notwithstanding (vLLM after 5 s)
-
+    # closes the connection, keep-alive notwithstanding (vLLM after 5 s)
+    once = sends(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", keep=False)
     async with Server(once) as server:
         up = Upstream(server.url)
         assert await up.post("/x", b"{}") == (200, b"ok")
@@ -260,11 +256,7 @@ async def test_a_fresh_connection_closed_without_an_answer_is_an_error_not_a_ret
 
 
 async def test_a_reply_broken_off_midway_is_an_error() -> None:
-    async def half(_: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
-        await writer.drain()
-        return False
-
+    half = sends(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", keep=False)
     async with Server(half) as server:
         up = Upstream(server.url)
         with pytest.raises(UpstreamError, match="closed the connection in its reply"):
