@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -97,10 +98,14 @@ def test_onnx_runtime_gives_minilm_s_own_vectors_and_int8_close_ones(tmp_path: P
     [graph] = list(tmp_path.glob("minilm-l6-v2-*.onnx"))
     for got, want in zip(vectors, reference, strict=True):
         assert embeddings.cosine(got, want) == pytest.approx(1.0, abs=1e-5)
+    # fused: each layer's attention one operator, the embeddings' sum and norm one
+    assert _operators(graph)["Attention"] == 6
+    assert _operators(graph)["EmbedLayerNormalization"] == 1
     assert onnx.embed(texts[:1]) == vectors[:1]  # from its cache
     int8 = embeddings.OnnxMiniLM(tmp_path, int8=True, cache_size=0)
     small = int8.embed(texts)
-    assert graph.exists() and len(list(tmp_path.glob("*.int8-per-channel.onnx"))) == 1
+    [small_graph] = tmp_path.glob("*.int8-per-channel.onnx")
+    assert graph.exists() and _operators(small_graph)["QAttention"] == 6
     assert not list(tmp_path.glob("*.partial*"))
     for got, want in zip(small, reference, strict=True):
         # a scale per output channel: 0.93 at worst with one per matrix (session 13's)
@@ -133,6 +138,7 @@ def test_the_distilled_query_encoder_gives_vectors_close_to_minilm_s(tmp_path: P
     vectors = distilled.embed(texts)
     [graph] = tmp_path.glob(f"*.distilled-{query_encoder.digest()}.int8-per-channel.onnx")
     assert graph.stat().st_size < 20e6  # the token embeddings and two layers (MiniLM's: 23 MB)
+    assert _operators(graph)["QAttention"] == 2
     # 0.78 to 0.84 for the weights of session 19 (0.99 for MiniLM's own int8 graph)
     for got, want in zip(vectors, reference, strict=True):
         assert embeddings.cosine(got, want) > 0.7
@@ -191,3 +197,9 @@ def test_paraphrases_merge_and_distinct_skills_do_not(sim: embeddings.EmbeddingS
         "ask_for_missing_information": ["request_clarification"],  # related, same failures
         "report_result_to_user": [],  # shares failures with `ask`, but a different skill
     }
+
+
+def _operators(graph: Path) -> Counter[str]:
+    import onnx
+
+    return Counter(node.op_type for node in onnx.load(str(graph)).graph.node)
