@@ -257,10 +257,12 @@ def pooled(encoder: Any, input_ids: Any, attention_mask: Any) -> Any:
     return torch.nn.functional.normalize(mean, dim=-1)
 
 
-def _export_onnx(encoder: Any, path: Path) -> None:
+def _export_onnx(encoder: Any, path: Path, *, fuse: bool = True) -> None:
     """`encoder` (MiniLM's BertModel, or the distilled one) with sentence-transformers'
     pooling (the mean over the attention mask) and normalisation, as one ONNX graph of
-    dynamic batch and length, its layers fused (`_fuse`)."""
+    dynamic batch and length, its layers fused (`_fuse`); `fuse=False`: as PyTorch exports
+    it with the model's own attention (routing's graph before session 22, for
+    `benchmarks/fused_graph.py`)."""
     import torch
 
     class Pooled(torch.nn.Module):
@@ -277,17 +279,18 @@ def _export_onnx(encoder: Any, path: Path) -> None:
     ids = torch.tensor([e.ids for e in sample])
     mask = torch.tensor([e.attention_mask for e in sample])
     axes = {0: "batch", 1: "tokens"}
-    plain = path.with_suffix(".plain.onnx")
+    exported = path.with_suffix(".plain.onnx") if fuse else path
     previous = encoder.config._attn_implementation
-    # written out as matrix products and a softmax (not PyTorch's fused attention), the
-    # pattern ONNX Runtime's fusions recognise
-    encoder.set_attn_implementation("eager")
+    if fuse:
+        # written out as matrix products and a softmax (not PyTorch's fused attention),
+        # the pattern ONNX Runtime's fusions recognise
+        encoder.set_attn_implementation("eager")
     try:
         with torch.inference_mode():
             torch.onnx.export(
                 Pooled(encoder).eval(),
                 (ids, mask),
-                str(plain),
+                str(exported),
                 input_names=["input_ids", "attention_mask"],
                 output_names=["embedding"],
                 dynamic_axes={
@@ -300,17 +303,20 @@ def _export_onnx(encoder: Any, path: Path) -> None:
             )
     finally:
         encoder.set_attn_implementation(previous)
+    if not fuse:
+        return
     try:
-        _fuse(plain, path, encoder.config)
+        _fuse(exported, path, encoder.config)
     finally:
-        plain.unlink(missing_ok=True)
+        exported.unlink(missing_ok=True)
 
 
 def _fuse(source: Path, target: Path, config: Any) -> None:
     """The graph at `source` with ONNX Runtime's BERT fusions, written to `target`: each
     layer's attention one operator (its int8 twin one quantised operator), the embeddings'
     sum and norm one, each residual's add and norm one. 73 operators where the export has
-    567, and a short query in 10% to 18% less time (docs/benchmarks.md). Where the export no
+    567; a short query in 5% to 14% less time with the int8 graph, 3% to 9% with fp32
+    (`benchmarks/fused_graph.py`, docs/benchmarks.md). Where the export no
     longer has the pattern the fusions know (another transformers), the graph stays as it
     was exported: the same vectors, slower, said in the log."""
     from onnxruntime.transformers.optimizer import optimize_model
