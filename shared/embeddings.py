@@ -315,7 +315,7 @@ def _fuse(source: Path, target: Path, config: Any) -> None:
     """The graph at `source` with ONNX Runtime's BERT fusions, written to `target`: each
     layer's attention one operator (its int8 twin one quantised operator), the embeddings'
     sum and norm one, each residual's add and norm one. 73 operators where the export has
-    567; a short query in 5% to 14% less time with the int8 graph, 3% to 9% with fp32
+    567; a short query in 4% to 14% less time with the int8 graph, 3% to 9% with fp32
     (`benchmarks/fused_graph.py`, docs/benchmarks.md). Where the export no
     longer has the pattern the fusions know (another transformers), the graph stays as it
     was exported: the same vectors, slower, said in the log."""
