@@ -135,9 +135,11 @@ def _improve_with_a_key(api: Api, target: str) -> dict[str, Any]:
     assert started["state"] == "requested", started
     states: list[str] = []
     last: dict[str, Any] = {}
-    # 1200 s: alone 4m19s on session 11's machine, 10m53s beside the model tests on the
-    # other worker; a slower machine must not fail it for time alone
-    deadline = time.monotonic() + 1200
+    # 2400 s: alone 4m19s on session 11's machine, 10m53s beside the model tests on the
+    # other worker; on session 22's, 5m22s alone and over 20 minutes in the whole run (twice
+    # stopped by the old 1200 s while evaluating); a slower machine must not fail it for
+    # time alone
+    deadline = time.monotonic() + 2400
     events = api.request("GET", f"/v1/cycles/{started['id']}/events")
     with urllib.request.urlopen(events, timeout=60) as stream:  # a comment every 15 s at least
         for raw in stream:

@@ -103,6 +103,29 @@ async def emitted(bus: NatsBus, stream: str, contract: type[Contract]) -> list[C
     return out
 
 
+async def published(
+    bus: NatsBus,
+    stream: str,
+    contract: type[Contract],
+    count: int,
+    where: Callable[[Contract], bool] = lambda _: True,
+    within: float = 10.0,
+) -> list[Contract]:
+    """The messages of `contract` in `stream` that `where` keeps, once there are `count` of
+    them: the evaluator commits a cycle's state first and publishes what it sends after, so
+    a test that saw the state may read the stream a moment too soon (two did, on slow
+    machines)."""
+    deadline = time.monotonic() + within
+    while len(found := [m for m in await emitted(bus, stream, contract) if where(m)]) < count:
+        assert time.monotonic() < deadline, f"{len(found)} of {count} {contract.__name__}"
+        await asyncio.sleep(0.1)
+    return found
+
+
+def _evaluating(message: Contract) -> bool:
+    return message.purpose == "evaluate"  # type: ignore[attr-defined,no-any-return]
+
+
 async def test_a_cycle_runs_through_its_states_and_promotes(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
@@ -139,7 +162,7 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
     cycle_id = uuid.uuid4()
     await send(CycleRequested(cycle_id=cycle_id, agent_id=agent_id, settings=SETTINGS))
     await reaches(cycle_id, "diagnosing")
-    [diagnosis] = await emitted(bus, events, RolloutRequested)
+    [diagnosis] = await published(bus, events, RolloutRequested, 1)
     assert diagnosis.purpose == "diagnose" and diagnosis.cycle_id == cycle_id  # type: ignore[attr-defined]
     assert len(diagnosis.task_ids) == 4 and diagnosis.split == "train"  # type: ignore[attr-defined]
 
@@ -194,12 +217,7 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
     await reaches(cycle_id, "training")
     async with store.tenant("acme") as session:
         all_jobs = list(await session.scalars(select(TrainingJob)))
-    # the jobs commit with the state, their requests are published after: one may follow
-    # a moment later (it did, on a slow machine)
-    deadline = time.monotonic() + 10
-    while len(trains := await emitted(bus, work, TrainRequested)) < len(all_jobs):
-        assert time.monotonic() < deadline, f"{len(trains)} of {len(all_jobs)} jobs requested"
-        await asyncio.sleep(0.1)
+    trains = await published(bus, work, TrainRequested, len(all_jobs))
     assert {t.job_id for t in trains} == {j.id for j in all_jobs}  # type: ignore[attr-defined]
     [job] = [j for j in all_jobs if j.environment_id == env_id]
     [baseline_job] = [
@@ -257,7 +275,8 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
             done.config = {**done.config, "wall_s": seconds}
     await send(PromptOptimized(job_id=gepa_job.id, cycle_id=cycle_id))
     await reaches(cycle_id, "evaluating")
-    requested = [m for m in await emitted(bus, events, RolloutRequested) if m.purpose == "evaluate"]  # type: ignore[attr-defined]
+    # the learned router's data (2) and the four configurations on the test split
+    requested = await published(bus, events, RolloutRequested, 6, _evaluating)
     evals = [m for m in requested if m.split == "test"]  # type: ignore[attr-defined]
     route = [m for m in requested if m.split == "train"]  # type: ignore[attr-defined]
     # the learned router's data: base and the new adapter on 2 train tasks, one trial each
@@ -340,7 +359,7 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
             )
         )
     await reaches(cycle_id, "completed")
-    ended = {m.cycle_id: m for m in await emitted(bus, events, CycleCompleted)}  # type: ignore[attr-defined]
+    ended = {m.cycle_id: m for m in await published(bus, events, CycleCompleted, 2)}  # type: ignore[attr-defined]
     assert ended[cycle_id].outcome == "promoted", ended  # type: ignore[attr-defined]
     assert ended[busy].outcome == "failed"  # type: ignore[attr-defined]  # the refused one
     async with store.tenant("acme") as session:
@@ -442,7 +461,7 @@ async def test_a_cycle_whose_training_fails_measures_the_agent_as_is_and_says_wh
 
     await eventually(evaluating, within=30)
     events = f"{service_cfg.nats.stream_prefix}_EVENTS"
-    requested = [m for m in await emitted(bus, events, RolloutRequested) if m.purpose == "evaluate"]  # type: ignore[attr-defined]
+    requested = await published(bus, events, RolloutRequested, 1, _evaluating)
     # nothing was trained: only the base model is measured, on the test split (no router data)
     [base] = requested
     assert base.adapter is None and base.split == "test"  # type: ignore[attr-defined]
@@ -498,7 +517,7 @@ async def test_a_cycle_whose_training_fails_measures_the_agent_as_is_and_says_wh
         assert "base" in evaluated
         agent_row = await session.get(Agent, agent_id)
         assert agent_row is not None and not agent_row.production_adapters
-    [ended] = await emitted(bus, events, CycleCompleted)
+    [ended] = await published(bus, events, CycleCompleted, 1)
     assert ended.outcome == "rejected"  # type: ignore[attr-defined]
     service.stop()
     await run
@@ -550,11 +569,7 @@ async def test_a_diagnosis_that_keeps_nothing_is_evaluated_as_is_with_its_reques
         await send(CapabilitiesIdentified(agent_id=agent_id, capability_ids=[], cycle_id=cycle_id))
         await eventually(lambda: _is(state, "evaluating"), within=30)
         events = f"{service_cfg.nats.stream_prefix}_EVENTS"
-        [base] = [
-            m
-            for m in await emitted(bus, events, RolloutRequested)
-            if m.purpose == "evaluate"  # type: ignore[attr-defined]
-        ]
+        [base] = await published(bus, events, RolloutRequested, 1, _evaluating)
         async with store.tenant("acme") as session:
             row = await session.get(Cycle, cycle_id)
             assert row is not None
