@@ -27,7 +27,15 @@ CACHE_DIR = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "retrace" / "embeddings"
 )
 EmbedderKind = Literal[
-    "cascade", "cascade-int8", "cascade-distilled", "minilm", "minilm-int8", "distilled", "static"
+    "cascade",
+    "cascade-int8",
+    "cascade-distilled",
+    "cascade-learned",
+    "minilm",
+    "minilm-int8",
+    "distilled",
+    "static",
+    "learned",
 ]
 """The routing embedders a router or evaluator can be configured with (`routing_embedder`
 and `shared.routing.modes.embedding_routing`)."""
@@ -401,6 +409,34 @@ class StaticMiniLM:
         return out
 
 
+class LearnedStatic(StaticMiniLM):
+    """`StaticMiniLM` with the rows a training run learned to give MiniLM's own vectors
+    (`shared.routing.learned_table`): as cheap a query, and on the routing benchmark it tells
+    requests that belong to no adapter nearly as well as MiniLM (docs/benchmarks.md)."""
+
+    def __init__(self, path: Path | None = None, cache_dir: Path | None = None) -> None:
+        super().__init__(cache_dir)
+        self.path = path
+        self._learned: Any = None
+
+    @property
+    def ready(self) -> bool:
+        return self._learned is not None
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._learned is None:
+            from shared.routing import learned_table
+
+            table, _ = super()._load()
+            learned = learned_table.load(
+                table, _package_version(), self.path or learned_table.TABLE
+            )
+            with self._lock:
+                if self._learned is None:
+                    self._learned = learned
+        return self._learned, self._tokenizer
+
+
 def _token_table(model: Any) -> Any:
     """Each vocabulary token's MiniLM vector, alone between [CLS] and [SEP], mean-pooled."""
     import numpy as np
@@ -504,7 +540,7 @@ class EmbeddingSimilarity:
 
 
 _default: MiniLM | None = None
-_static: StaticMiniLM | None = None
+_static: dict[str, StaticMiniLM] = {}
 
 
 _onnx: dict[str, OnnxMiniLM] = {}
@@ -514,8 +550,8 @@ def routing_embedder(kind: str) -> Embedder:
     """The process-wide embedder routing uses: `minilm` (the model: through ONNX Runtime
     where it is installed, the same vectors sooner, else PyTorch), `minilm-int8` (through
     ONNX Runtime, its weights in int8), `distilled` (the distilled query encoder's int8
-    graph, `shared.routing.query_encoder`) or `static` (`StaticMiniLM`)."""
-    global _static
+    graph, `shared.routing.query_encoder`), `static` (`StaticMiniLM`) or `learned` (its
+    learned twin, `LearnedStatic`)."""
     if kind in ("minilm", "minilm-int8", "distilled"):
         if onnx_available():
             if kind not in _onnx:
@@ -526,13 +562,13 @@ def routing_embedder(kind: str) -> Embedder:
                 f"routing embedder {kind} needs ONNX Runtime: pip install 'retrace[train]'"
             )
         return default_embedder()
-    if kind != "static":
+    if kind not in ("static", "learned"):
         raise ConfigError(
-            f"unknown routing embedder {kind!r}: static, minilm, minilm-int8 or distilled"
+            f"unknown routing embedder {kind!r}: static, learned, minilm, minilm-int8 or distilled"
         )
-    if _static is None:
-        _static = StaticMiniLM()
-    return _static
+    if kind not in _static:
+        _static[kind] = StaticMiniLM() if kind == "static" else LearnedStatic()
+    return _static[kind]
 
 
 def default_embedder() -> MiniLM:

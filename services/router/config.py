@@ -34,8 +34,15 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     `cascade-distilled` / `distilled` (queries through a 2-layer encoder distilled from
     MiniLM, `shared.routing.query_encoder`: a third of the int8 graph's time; on the routing
     benchmark the cascade with it sent 63.0% of requests to the right kind against 67.9%
-    with the int8 graph, and 2 of 60 unrelated ones to an adapter against 1).
-    `learned` compares with the MiniLM chosen (static vectors under `static`).
+    with the int8 graph, and 2 of 60 unrelated ones to an adapter against 1), or
+    `cascade-learned` / `learned` (static vectors learned to give MiniLM's, both sides,
+    `shared.routing.learned_table`: the plain static vectors' cost, 0.07 ms, so no model on
+    the request path; on the routing benchmark the cascade with it sent 65.4% of requests
+    to the right kind against 68.5% with the int8 graph, and 3 of 60 unrelated ones to an
+    adapter against 1; the router's rate on a slow 2-core machine 826 to 954 requests/s
+    against 524 to 571, docs/benchmarks.md).
+    `learned` mode compares with the MiniLM chosen (static vectors under `static`, the
+    learned table under `cascade-learned` / `learned`).
     Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""

@@ -213,13 +213,16 @@ def embedding_routing(
     kind: str, min_confidence: float, alone: Callable[[], bool] | None = None
 ) -> EmbeddingRouting:
     """The embedding mode over the configured embedder: `minilm`, `minilm-int8`,
-    `distilled`, `static`, or `cascade` / `cascade-int8` / `cascade-distilled` (static
-    vectors where they are sure, MiniLM, its int8 graph or the distilled query encoder
-    elsewhere). The int8 graphs embed queries only, MiniLM the profiles."""
+    `distilled`, `static`, `learned`, or `cascade` / `cascade-int8` / `cascade-distilled` /
+    `cascade-learned` (static vectors where they are sure, MiniLM, its int8 graph, the
+    distilled query encoder or the learned static table elsewhere). The int8 graphs embed
+    queries only, MiniLM the profiles; the learned table embeds both (its vectors only
+    approximate MiniLM's, and on the routing benchmark both sides alike did better)."""
     main = {
         "cascade": "minilm",
         "cascade-int8": "minilm-int8",
         "cascade-distilled": "distilled",
+        "cascade-learned": "learned",
     }.get(kind, kind)
     return EmbeddingRouting(
         routing_embedder(main),

