@@ -20,6 +20,10 @@ length, should have MiniLM's own vector's direction, and the batch's cosines Min
         --variant table --out .distill/static_table.npy
     python -m benchmarks.learned_static score --table .distill/static_table.npy \\
         --out /tmp/learned_static_score.json
+    # the rows routing loads (shared/routing/learned-static.npz), and the bars of the
+    # learned table as the stage between the static vectors and MiniLM's int8 graph
+    python -m benchmarks.learned_static ship --table .distill/static_table.npy
+    python -m benchmarks.learned_static bars --out docs/bench/learned_static_bars_s23.json
 
 Variants: `table` learns every row (tokens the corpus never holds keep MiniLM's static
 vector); `linear` keeps MiniLM's static vectors, learning one 384 x 384 map for all of them
@@ -233,6 +237,153 @@ def score_command(args: argparse.Namespace) -> None:
         args.out.write_text(json.dumps(out, indent=2) + "\n")
 
 
+def _stage_scores(
+    embedder: Any, profiles: dict[str, Any], texts: list[str]
+) -> list[tuple[str, float]]:
+    """Each text's nearest profile by `embedder` (the embedding mode's rule) and its score."""
+    vectors = np.asarray(embedder.embed(texts))
+    out = []
+    for q in vectors:
+        scores = {k: float((m @ q).max()) for k, m in profiles.items()}
+        best = max(scores, key=lambda k: scores[k])
+        out.append((best, scores[best]))
+    return out
+
+
+def _profiles(texts: dict[str, list[str]], static: Any, learned: Any, minilm: Any) -> Any:
+    """Each profile's vectors by each stage's embedder (the int8 stage's by MiniLM)."""
+    return {
+        name: {k: np.asarray(e.embed(v)) for k, v in texts.items()}
+        for name, e in (("static", static), ("learned", learned), ("minilm", minilm))
+    }
+
+
+def bars_command(args: argparse.Namespace) -> None:
+    """Bars for the learned table as a second quick stage (between the static vectors' bars
+    and MiniLM's int8 graph), set on one half of the routing benchmark's requests and
+    checked on the other: set on the train requests past each profile's first 16 and the
+    first 20 unrelated ones, checked on the 162 test requests and the 79 unrelated ones
+    written later. Also how many of the router benchmark's openings each stage decides."""
+    from benchmarks import router_overhead
+    from benchmarks.routing_shortcuts import UNRELATED_LATER
+    from benchmarks.static_routing import UNRELATED, UNRELATED_HELD_OUT, requests
+    from shared.embeddings import LearnedStatic, MiniLM, OnnxMiniLM, StaticMiniLM
+    from shared.routing.modes import QUICK_CONFIDENCE, QUICK_REJECT
+
+    rows = requests()
+    kinds = sorted({k for k, _, _ in rows})
+    train = {k: [t for kk, s, t in rows if kk == k and s == "train"] for k in kinds}
+    kinds = [k for k in kinds if len(train[k]) >= 4]
+    profile_texts = {k: train[k][:16] for k in kinds}
+    sets = {
+        "calibration": [(k, t) for k in kinds for t in train[k][16:]]
+        + [(None, t) for t in UNRELATED],
+        "check": [(k, t) for k, s, t in rows if s == "test" and k in kinds]
+        + [(None, t) for t in (*UNRELATED_HELD_OUT, *UNRELATED_LATER)],
+    }
+    router_kinds = ("set_alarms", "convert_currency", None, "set_alarms")  # opening(n)'s n % 4
+    router_profiles = {
+        "set_alarms": [
+            "Sets an alarm at the time the user asks for.",
+            *router_overhead.ALARM_FAILURES,
+        ],
+        "convert_currency": [
+            "Converts money between currencies.",
+            *router_overhead.CURRENCY_FAILURES,
+        ],
+    }
+    router_set = [(router_kinds[n % 4], router_overhead.opening(n)) for n in range(2000)]
+    static, learned, minilm = StaticMiniLM(), LearnedStatic(), MiniLM()
+    int8 = OnnxMiniLM(int8=True)
+    profiles = _profiles(profile_texts, static, learned, minilm)
+    scored: dict[str, Any] = {}
+    for name, items, own in (
+        *((name, items, profiles) for name, items in sets.items()),
+        ("router_benchmark", router_set, _profiles(router_profiles, static, learned, minilm)),
+    ):
+        texts = [t for _, t in items]
+        scored[name] = {
+            "truth": [k for k, _ in items],
+            "static": _stage_scores(static, own["static"], texts),
+            "learned": _stage_scores(learned, own["learned"], texts),
+            "int8": _stage_scores(int8, own["minilm"], texts),
+        }
+
+    def band(data: dict[str, Any]) -> list[int]:  # what the static vectors leave to MiniLM
+        return [
+            i for i, (_, s) in enumerate(data["static"]) if QUICK_REJECT <= s < QUICK_CONFIDENCE
+        ]
+
+    cal = scored["calibration"]
+    inside = band(cal)
+    unrelated = [cal["learned"][i][1] for i in inside if cal["truth"][i] is None]
+    accept = math.ceil((max(unrelated) + 0.005) * 20) / 20  # the next 0.05 above
+    # the highest bar under which every request of an adapter's kind is one MiniLM's int8
+    # graph also sends to the base model (so no decision changes)
+    overruled = [
+        cal["learned"][i][1]
+        for i in inside
+        if cal["truth"][i] is not None and cal["int8"][i][1] >= THRESHOLD
+    ]
+    reject = math.floor(min(overruled) * 20) / 20  # the next 0.05 under
+    out: dict[str, Any] = {"learned_accept": accept, "learned_reject": reject}
+    for name, data in scored.items():
+        out[name] = _three_stages(data, accept, reject)
+        out[name]["requests"] = len(data["truth"])
+        out[name]["in_static_band"] = len(band(data))
+    print(json.dumps(out, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+
+THRESHOLD = 0.5
+
+
+def _three_stages(data: dict[str, Any], accept: float, reject: float) -> dict[str, Any]:
+    """The static vectors' bars, then the learned table's, then MiniLM's int8 graph: each
+    request's decision against the two-stage cascade's (static, then int8)."""
+    from shared.routing.modes import QUICK_CONFIDENCE, QUICK_REJECT
+
+    def int8(i: int) -> str | None:
+        kind, s = data["int8"][i]
+        return kind if s >= THRESHOLD else None
+
+    two, three, by_learned = [], [], 0
+    for i, (kind, s) in enumerate(data["static"]):
+        if s >= QUICK_CONFIDENCE:
+            two.append(kind)
+            three.append(kind)
+            continue
+        if s < QUICK_REJECT:
+            two.append(None)
+            three.append(None)
+            continue
+        two.append(int8(i))
+        learned_kind, ls = data["learned"][i]
+        if ls >= accept:
+            three.append(learned_kind)
+            by_learned += 1
+        elif ls < reject:
+            three.append(None)
+            by_learned += 1
+        else:
+            three.append(int8(i))
+    truth = data["truth"]
+    labelled = [i for i, k in enumerate(truth) if k is not None]
+    unrelated = [i for i, k in enumerate(truth) if k is None]
+    return {
+        "decided_by_learned": by_learned,
+        "left_to_int8": sum(1 for _ in two)
+        - by_learned
+        - sum(1 for _, s in data["static"] if s >= QUICK_CONFIDENCE or s < QUICK_REJECT),
+        "decisions_changed": sum(a != b for a, b in zip(two, three, strict=True)),
+        "right_kind_two_stages": sum(two[i] == truth[i] for i in labelled),
+        "right_kind_three_stages": sum(three[i] == truth[i] for i in labelled),
+        "unrelated_to_an_adapter_two_stages": sum(two[i] is not None for i in unrelated),
+        "unrelated_to_an_adapter_three_stages": sum(three[i] is not None for i in unrelated),
+    }
+
+
 def ship_command(args: argparse.Namespace) -> None:
     """A learned table's rows as routing's `learned` embedder loads them."""
     from shared.embeddings import StaticMiniLM, _package_version
@@ -266,6 +417,8 @@ def main() -> None:
     scored.add_argument("--table", type=Path, nargs="*", default=[])
     scored.add_argument("--shipped", action="store_true", help="also the shipped table")
     scored.add_argument("--out", type=Path)
+    bars = sub.add_parser("bars", help="the shipped table as a second quick stage")
+    bars.add_argument("--out", type=Path)
     ship = sub.add_parser("ship", help="a table's learned rows where routing loads them")
     ship.add_argument("--table", type=Path, required=True)
     ship.add_argument("--out", type=Path, help="default: shared/routing/learned-static.npz")
@@ -275,6 +428,7 @@ def main() -> None:
         "train": train_command,
         "score": score_command,
         "ship": ship_command,
+        "bars": bars_command,
     }
     commands[args.command](args)
 

@@ -8,8 +8,8 @@ The endpoint is an instant fake (it answers a fixed reply at once), so the diffe
 router's own cost. The router runs as its own processes (`python -m services.router`, one or
 `--routers` sharing the port), on real Postgres (the local server) and NATS, routing over two
 adapters whose profiles are a definition and six diagnosed requests each, by default with the
-router's embedder (`cascade-int8`: MiniLM's static vectors where they are sure, its int8
-graph elsewhere).
+router's embedder (`cascade-learned-int8`: MiniLM's static vectors where they are sure, then
+the learned static table where it is, MiniLM's int8 graph elsewhere).
 Half the requests open a new conversation (routed: an alarm or a wake-up call for one adapter,
 a currency conversion for the other, the weather for neither; each worded afresh), half
 continue one (found in the router's memory, else by the conversation hash in the store).

@@ -31,6 +31,7 @@ EmbedderKind = Literal[
     "cascade-int8",
     "cascade-distilled",
     "cascade-learned",
+    "cascade-learned-int8",
     "minilm",
     "minilm-int8",
     "distilled",

@@ -20,7 +20,7 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    embedder: EmbedderKind = "cascade-int8"
+    embedder: EmbedderKind = "cascade-learned-int8"
     """The text similarity of the `embedding` mode: `minilm` (the model through ONNX
     Runtime, 3 to 4 ms of one core a query on this project's CPU; PyTorch, 13 to 18 ms,
     where ONNX Runtime is not installed), `minilm-int8` (queries through its ONNX graph
@@ -40,7 +40,11 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     the request path; on the routing benchmark the cascade with it sent 65.4% of requests
     to the right kind against 68.5% with the int8 graph, and 3 of 60 unrelated ones to an
     adapter against 1; the router's rate on a slow 2-core machine 826 to 954 requests/s
-    against 524 to 571, docs/benchmarks.md).
+    against 524 to 571, docs/benchmarks.md), or, the default, `cascade-learned-int8` (the
+    static vectors, then the learned table, each where its own bars say it is sure, then
+    `minilm-int8`: the int8 graph's decisions but for 1 of 162 on the routing benchmark's
+    test requests, the graph asked for a fifth of new conversations instead of three fifths
+    on the router benchmark's).
     `learned` mode compares with the MiniLM chosen (static vectors under `static`, the
     learned table under `cascade-learned` / `learned`).
     Keep the evaluator's `routing_embedder` equal."""

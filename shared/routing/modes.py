@@ -140,6 +140,19 @@ QUICK_REJECT_FROM = 0.5
 lowers that bar to route more gets MiniLM's word on every request not quickly accepted."""
 
 
+LEARNED_CONFIDENCE = 0.65
+"""The learned static table's similarity from which its choice stands, where the plain static
+vectors were not sure (`EmbeddingRouting`'s `second`): the next 0.05 above the highest
+request of no adapter's kind (0.615) among the routing benchmark's train requests past the
+profiles and its first 20 unrelated ones. Checked on its 162 test requests and 79 unrelated
+requests written later: 1 of 162 decisions of the right kind lost, no unrelated request
+more sent to an adapter (`python -m benchmarks.learned_static bars`, docs/benchmarks.md)."""
+LEARNED_REJECT = 0.35
+"""The learned table's similarity under which the base model answers without MiniLM: on the
+same calibration requests, every request of an adapter's kind under it is one MiniLM's int8
+graph sends to the base model too."""
+
+
 class EmbeddingRouting:
     """The first user turn's similarity to each profile; the best candidate when its score
     reaches `min_confidence`.
@@ -149,7 +162,11 @@ class EmbeddingRouting:
     adapter did not reach, or falls under `quick_reject`, a bar requests that belong to one
     did not fall under (the base model then); between the two `embedder` (MiniLM) decides.
     So most requests of an adapter's kind, and many of no adapter's kind, cost 0.06 ms
-    instead of 1 to 12 ms, and the rest are told apart by MiniLM."""
+    instead of 1 to 12 ms, and the rest are told apart by MiniLM.
+
+    With `second` as well (the learned static table, as cheap), the same again with its own
+    bars between the quick stage and MiniLM: on the router benchmark's openings it decides
+    two thirds of what the static vectors leave."""
 
     name = "embedding"
 
@@ -161,20 +178,31 @@ class EmbeddingRouting:
         quick: Embedder | None = None,
         quick_confidence: float = QUICK_CONFIDENCE,
         quick_reject: float = QUICK_REJECT,
+        second: Embedder | None = None,
+        second_confidence: float = LEARNED_CONFIDENCE,
+        second_reject: float = LEARNED_REJECT,
         profiles: Embedder | None = None,
         alone: Callable[[], bool] | None = None,
     ) -> None:
         self.embedder = embedder
         self.min_confidence = min_confidence
-        self.quick_confidence = quick_confidence
-        self.quick_reject = quick_reject if min_confidence >= QUICK_REJECT_FROM else 0.0
+        calibrated = min_confidence >= QUICK_REJECT_FROM  # the reject bars' own threshold
         self.profiles = profiles
         """Embeds the profiles for `embedder`'s scores where set (MiniLM itself for its int8
         graph: the queries approximate, the profiles exact)."""
         self._main = _Scorer(embedder, profiles, alone)
         """`alone`: whether the caller is the only one its event loop serves (a query is
         then embedded on the loop, see `Batched`)."""
-        self._quick = _Scorer(quick) if quick is not None else None
+        self._stages = [
+            (_Scorer(stage), accept, reject if calibrated else 0.0, mode)
+            for stage, accept, reject, mode in (
+                (quick, quick_confidence, quick_reject, f"{self.name}:quick"),
+                (second, second_confidence, second_reject, f"{self.name}:learned-table"),
+            )
+            if stage is not None
+        ]
+        """The cheap embedders before `embedder`, each with the bars between which it leaves
+        the decision to the next."""
 
     @property
     def exact(self) -> Embedder:
@@ -186,22 +214,22 @@ class EmbeddingRouting:
     def warm(self) -> None:
         """Load the embedders (the static table is built on a first run: 10 s), so the
         first request does not wait for them. Blocking: call it off the event loop."""
-        quick = self._quick.embedder if self._quick is not None else None
-        for embedder in (self.embedder, self.profiles, quick):
+        stages = [scorer.embedder for scorer, *_ in self._stages]
+        for embedder in (self.embedder, self.profiles, *stages):
             if embedder is not None:
                 embedder.embed(["warm up"])
 
     async def decide(self, query: str, candidates: Sequence[Candidate]) -> Decision:
         if not candidates or not query.strip():
             return Decision(None, 0.0, self.name)
-        if self._quick is not None:
-            scores = await self._quick.scores(query, candidates)
+        for scorer, accept, reject, mode in self._stages:
+            scores = await scorer.scores(query, candidates)
             best = max(candidates, key=lambda c: scores[c.name])
             # never below the operator's own bar, whichever is higher
-            if scores[best.name] >= max(self.quick_confidence, self.min_confidence):
-                return Decision(best, scores[best.name], f"{self.name}:quick", scores)
-            if scores[best.name] < self.quick_reject:
-                return Decision(None, scores[best.name], f"{self.name}:quick", scores)
+            if scores[best.name] >= max(accept, self.min_confidence):
+                return Decision(best, scores[best.name], mode, scores)
+            if scores[best.name] < reject:
+                return Decision(None, scores[best.name], mode, scores)
         scores = await self._main.scores(query, candidates)
         best = max(candidates, key=lambda c: scores[c.name])
         confidence = scores[best.name]
@@ -215,19 +243,23 @@ def embedding_routing(
     """The embedding mode over the configured embedder: `minilm`, `minilm-int8`,
     `distilled`, `static`, `learned`, or `cascade` / `cascade-int8` / `cascade-distilled` /
     `cascade-learned` (static vectors where they are sure, MiniLM, its int8 graph, the
-    distilled query encoder or the learned static table elsewhere). The int8 graphs embed
-    queries only, MiniLM the profiles; the learned table embeds both (its vectors only
-    approximate MiniLM's, and on the routing benchmark both sides alike did better)."""
-    main = {
-        "cascade": "minilm",
-        "cascade-int8": "minilm-int8",
-        "cascade-distilled": "distilled",
-        "cascade-learned": "learned",
-    }.get(kind, kind)
+    distilled query encoder or the learned static table elsewhere), or
+    `cascade-learned-int8` (static vectors, then the learned table, each where sure, then
+    MiniLM's int8 graph). The int8 graphs embed queries only, MiniLM the profiles; the
+    learned table embeds both (its vectors only approximate MiniLM's, and on the routing
+    benchmark both sides alike did better)."""
+    main, second = {
+        "cascade": ("minilm", None),
+        "cascade-int8": ("minilm-int8", None),
+        "cascade-distilled": ("distilled", None),
+        "cascade-learned": ("learned", None),
+        "cascade-learned-int8": ("minilm-int8", "learned"),
+    }.get(kind, (kind, None))
     return EmbeddingRouting(
         routing_embedder(main),
         min_confidence,
         quick=routing_embedder("static") if main != kind else None,
+        second=routing_embedder(second) if second else None,
         profiles=routing_embedder("minilm") if main in ("minilm-int8", "distilled") else None,
         alone=alone,
     )

@@ -341,8 +341,39 @@ async def test_the_quick_embedder_sends_what_is_far_from_every_adapter_to_the_ba
     assert decision.mode == "embedding" and len(main.calls) > calls
 
 
+async def test_a_second_cheap_stage_decides_what_the_first_leaves_within_its_own_bars() -> None:
+    """Issue 14: the learned static table between the static vectors and MiniLM's int8
+    graph: sure above its bar, the base model under its reject bar, MiniLM between; an
+    operator's lower threshold than the bars were set at leaves the rejecting to MiniLM."""
+    main = SlowWords()
+    sure = EmbeddingRouting(main, 0.5, quick=Fixed(0.7), second=Fixed(0.7))
+    decision = await sure.decide("convert 5 euros", [ALARMS, TEXTS])
+    assert (decision.adapter, decision.mode) == (ALARMS, "embedding:learned-table")
+    assert decision.confidence == pytest.approx(0.7) and main.calls == []
+    far = EmbeddingRouting(main, 0.5, quick=Fixed(0.7), second=Fixed(0.3))
+    decision = await far.decide("set an alarm", [ALARMS, TEXTS])
+    assert (decision.adapter, decision.mode) == (None, "embedding:learned-table")
+    assert main.calls == []
+    between = EmbeddingRouting(main, 0.5, quick=Fixed(0.7), second=Fixed(0.5))
+    decision = await between.decide("set an alarm", [ALARMS, TEXTS])
+    assert (decision.adapter, decision.mode) == (ALARMS, "embedding") and main.calls
+    # the first stage still decides first: the second is not asked
+    second = Fixed(0.3)
+    first = EmbeddingRouting(main, 0.5, quick=Fixed(0.9), second=second)
+    assert (await first.decide("set an alarm", [ALARMS, TEXTS])).mode == "embedding:quick"
+    assert second.calls == 0
+    liberal = EmbeddingRouting(main, 0.3, quick=Fixed(0.7), second=Fixed(0.3))
+    calls = len(main.calls)
+    decision = await liberal.decide("set an alarm", [ALARMS, TEXTS])
+    assert decision.mode == "embedding" and len(main.calls) > calls
+    bar = EmbeddingRouting(main, 0.8, quick=Fixed(0.7), second=Fixed(0.7))
+    decision = await bar.decide("set an alarm", [ALARMS, TEXTS])
+    assert decision.mode == "embedding"  # under the operator's own bar: not the table's to say
+
+
 @pytest.mark.parametrize(
-    "kind", ["cascade", "cascade-int8", "cascade-distilled", "cascade-learned"]
+    "kind",
+    ["cascade", "cascade-int8", "cascade-distilled", "cascade-learned", "cascade-learned-int8"],
 )
 async def test_the_cascade_of_the_packaged_model_routes_like_it(kind: str) -> None:
     """The real embedders: an adapter's own kind of request is decided by the static
