@@ -43,8 +43,8 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     against 524 to 571, docs/benchmarks.md), or, the default, `cascade-learned-int8` (the
     static vectors, then the learned table, each where its own bars say it is sure, then
     `minilm-int8`: the int8 graph's decisions but for 1 of 162 on the routing benchmark's
-    test requests, the graph asked for a fifth of new conversations instead of three fifths
-    on the router benchmark's).
+    test requests, the graph asked for 13 to 14% of new conversations instead of 58 to 60%
+    on the router benchmark's; docs/benchmarks.md).
     `learned` mode compares with the MiniLM chosen (static vectors under `static`, the
     learned table under `cascade-learned` / `learned`).
     Keep the evaluator's `routing_embedder` equal."""
