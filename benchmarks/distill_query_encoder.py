@@ -392,21 +392,12 @@ class Student:
 def score_command(args: argparse.Namespace) -> None:
     """Each embedder alone on the routing benchmark, and routing's cascade with it (the
     static vectors where they are sure, the embedder between; `static_routing.cascade`)."""
-    from benchmarks.static_routing import cascade, requests, score
+    from benchmarks.static_routing import SHOWN, cascade, requests, score
     from shared.embeddings import MiniLM, OnnxMiniLM, StaticMiniLM
 
     rows = requests()
     teacher = MiniLM()
     static = score(StaticMiniLM(), rows)
-    shown = (
-        "accuracy",
-        "test_requests_over_threshold",
-        "unrelated_over_threshold",
-        "held_out_unrelated_over_threshold",
-        "test_best_similarity_median",
-        "unrelated_best_similarity_median",
-        "one_query_ms",
-    )
     results: dict[str, Any] = {
         "minilm": score(teacher, rows),
         "minilm-int8": score(OnnxMiniLM(int8=True), rows, by=teacher),
@@ -418,7 +409,7 @@ def score_command(args: argparse.Namespace) -> None:
             OnnxMiniLM(int8=True, distilled=True), rows, by=teacher
         )
     out = {
-        name: {**{k: r[k] for k in shown}, "cascade": cascade(r, static)}
+        name: {**{k: r[k] for k in SHOWN}, "cascade": cascade(r, static)}
         for name, r in results.items()
     }
     print(json.dumps(out, indent=2))

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.distill_query_encoder import Padded, _batches
+from benchmarks.static_routing import THRESHOLD
 
 
 def read_corpus(paths: list[Path], limit: int | None) -> list[str]:
@@ -199,20 +200,11 @@ class LearnedTable:
 def score_command(args: argparse.Namespace) -> None:
     """Each table alone on the routing benchmark, and as the cascade's quick stage in front
     of MiniLM's int8 graph; MiniLM, its int8 graph and the static vectors for comparison."""
-    from benchmarks.static_routing import cascade, requests, score
+    from benchmarks.static_routing import SHOWN, cascade, requests, score
     from shared.embeddings import LearnedStatic, MiniLM, OnnxMiniLM, StaticMiniLM
 
     rows = requests()
     teacher = MiniLM()
-    shown = (
-        "accuracy",
-        "test_requests_over_threshold",
-        "unrelated_over_threshold",
-        "held_out_unrelated_over_threshold",
-        "test_best_similarity_median",
-        "unrelated_best_similarity_median",
-        "one_query_ms",
-    )
     int8 = score(OnnxMiniLM(int8=True), rows, by=teacher)
     static = score(StaticMiniLM(), rows)
     results: dict[str, Any] = {
@@ -227,7 +219,7 @@ def score_command(args: argparse.Namespace) -> None:
         results["shipped"] = score(LearnedStatic(), rows)
     out: dict[str, Any] = {}
     for name, r in results.items():
-        out[name] = {k: r[k] for k in shown}
+        out[name] = {k: r[k] for k in SHOWN}
         out[name]["highest_unrelated"] = max(r["unrelated_best"])
         out[name]["lowest_test"] = min(r["best"])
         out[name]["cascade_before_int8"] = cascade(int8, r)  # as the quick stage
@@ -334,9 +326,6 @@ def bars_command(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=2))
     if args.out:
         args.out.write_text(json.dumps(out, indent=2) + "\n")
-
-
-THRESHOLD = 0.5
 
 
 def _three_stages(data: dict[str, Any], accept: float, reject: float) -> dict[str, Any]:

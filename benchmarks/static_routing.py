@@ -101,6 +101,18 @@ UNRELATED_HELD_OUT = (
 the check that no request of no adapter's kind reaches it."""
 
 
+SHOWN = (
+    "accuracy",
+    "test_requests_over_threshold",
+    "unrelated_over_threshold",
+    "held_out_unrelated_over_threshold",
+    "test_best_similarity_median",
+    "unrelated_best_similarity_median",
+    "one_query_ms",
+)
+"""What a comparison of embedders shows of each one's `score`."""
+
+
 def requests() -> list[tuple[str, str, str]]:
     """(kind, split, opening request) of every task of the environments."""
     rows: list[tuple[str, str, str]] = []
