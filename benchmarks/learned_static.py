@@ -8,16 +8,16 @@ well than MiniLM, so the cascade asks MiniLM about most new conversations. Here 
 trained instead (the tokenlearn recipe of Model2Vec): a text's mean token vector, made unit
 length, should have MiniLM's own vector's direction, and the batch's cosines MiniLM's.
 
-    # the corpora (as for benchmarks/distill_query_encoder.py)
-    python -m benchmarks.distill_query_encoder corpus --out .distill/corpus2.txt.gz
+    # the requests' corpus (as for benchmarks/distill_query_encoder.py)
     pip download --no-deps -d /tmp/dl bfcl-eval==2026.3.23 chatterbot-corpus==1.3.3
     python -m benchmarks.distill_query_encoder corpus --wheel /tmp/dl/*.whl \\
         --out .distill/requests.txt.gz
-    # MiniLM's vectors of the sentences, then a table per variant
+    # MiniLM's vectors of the requests, then the table (as shipped: the requests alone; with
+    # documentation sentences too it routed worse, docs/benchmarks.md)
     python -m benchmarks.learned_static teacher --corpus .distill/requests.txt.gz \\
-        .distill/corpus2.txt.gz --limit 60000 --out .distill/static_teacher.npz
+        --out .distill/static_teacher.npz
     python -m benchmarks.learned_static train --teacher .distill/static_teacher.npz \\
-        --variant table --out .distill/static_table.npy
+        --variant table --epochs 6 --lr 3e-3 --out .distill/static_table.npy
     python -m benchmarks.learned_static score --table .distill/static_table.npy \\
         --out /tmp/learned_static_score.json
     # the rows routing loads (shared/routing/learned-static.npz), and the bars of the
@@ -284,7 +284,13 @@ def bars_command(args: argparse.Namespace) -> None:
             *router_overhead.CURRENCY_FAILURES,
         ],
     }
-    router_set = [(router_kinds[n % 4], router_overhead.opening(n)) for n in range(2000)]
+    # as many of the load phase's openings (numbered from 0) as of the latency phase's
+    rng = random.Random(0)
+    numbers = rng.sample(range(16_000), 2_000) + rng.sample(
+        range(router_overhead.LATENCY_CONVERSATIONS, router_overhead.LATENCY_CONVERSATIONS + 8_000),
+        2_000,
+    )
+    router_set = [(router_kinds[n % 4], router_overhead.opening(n)) for n in numbers]
     static, learned, minilm = StaticMiniLM(), LearnedStatic(), MiniLM()
     int8 = OnnxMiniLM(int8=True)
     profiles = _profiles(profile_texts, static, learned, minilm)

@@ -435,6 +435,7 @@ class LearnedStatic(StaticMiniLM):
             with self._lock:
                 if self._learned is None:
                     self._learned = learned
+                self._table = None  # the plain rows: not kept twice
         return self._learned, self._tokenizer
 
 

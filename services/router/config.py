@@ -40,7 +40,7 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     the request path; on the routing benchmark the cascade with it sent 65.4% of requests
     to the right kind against 68.5% with the int8 graph, and 3 of 60 unrelated ones to an
     adapter against 1; the router's rate on a slow 2-core machine 826 to 954 requests/s
-    against 524 to 571, docs/benchmarks.md), or, the default, `cascade-learned-int8` (the
+    against 524 to 576, docs/benchmarks.md), or, the default, `cascade-learned-int8` (the
     static vectors, then the learned table, each where its own bars say it is sure, then
     `minilm-int8`: the int8 graph's decisions but for 1 of 162 on the routing benchmark's
     test requests, the graph asked for 13 to 14% of new conversations instead of 58 to 60%

@@ -34,26 +34,37 @@ def load(base: Any, teacher_version: str, path: Path = TABLE) -> Any:
             missing = [k for k in FIELDS if k not in f.files]
             if missing:
                 raise ConfigError(f"{path}: not a learned static table (no {', '.join(missing)})")
-            ids, rows, scales = f["ids"], f["rows"], f["scales"]
-            version = str(f["teacher_version"])
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a learned static table ({exc})") from exc
-    if version != teacher_version:
+            ids, rows, scales, version = (f[k] for k in FIELDS)
+    except ConfigError:
+        raise
+    except Exception as exc:  # numpy and zipfile raise many kinds for bad bytes
+        # (a plain .npy is an array, not an archive: TypeError at `with`)
+        raise ConfigError(f"{path}: not a learned static table ({exc!r})") from exc
+    if not all(isinstance(a, np.ndarray) for a in (ids, rows, scales, version)):
+        raise ConfigError(f"{path}: not a learned static table (a field is not an array)")
+    if version.dtype.kind != "U" or version.shape != ():
+        raise ConfigError(f"{path}: not a learned static table (teacher_version is not a name)")
+    if str(version) != teacher_version:
         raise ConfigError(
-            f"{path} was learned from all-MiniLM-L6-v2 {version!r}, but {teacher_version!r} "
-            "is installed: use the `cascade-int8` embedder"
+            f"{path} was learned from all-MiniLM-L6-v2 {str(version)!r}, but "
+            f"{teacher_version!r} is installed: use the `cascade-int8` embedder"
         )
     if (
         ids.ndim != 1
+        or ids.dtype.kind not in "iu"
         or rows.shape != (len(ids), base.shape[1])
-        or scales.shape != (len(ids),)
         or rows.dtype != np.int8
+        or scales.shape != (len(ids),)
+        or scales.dtype.kind != "f"
         or (len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= len(base)))
     ):
         raise ConfigError(
             f"{path}: its rows do not fit MiniLM's table ({len(base)} x {base.shape[1]}): "
-            f"ids {ids.shape}, rows {rows.shape} {rows.dtype}, scales {scales.shape}"
+            f"ids {ids.shape} {ids.dtype}, rows {rows.shape} {rows.dtype}, "
+            f"scales {scales.shape} {scales.dtype}"
         )
+    if not np.isfinite(scales).all():
+        raise ConfigError(f"{path}: its scales are not all finite numbers")
     table = np.array(base, dtype=np.float32, copy=True)
     table[ids] = rows.astype(np.float32) * scales.astype(np.float32)[:, None]
     return table
@@ -69,11 +80,12 @@ def save(table: Any, base: Any, teacher_version: str, path: Path, tolerance: flo
     scales = np.abs(rows).max(axis=1) / 127.0
     scales[scales == 0] = 1.0
     quantised = np.clip(np.rint(rows / scales[:, None]), -127, 127).astype(np.int8)
-    np.savez_compressed(
-        path,
-        ids=changed,
-        rows=quantised,
-        scales=scales.astype(np.float32),
-        teacher_version=np.array(teacher_version),
-    )
+    with path.open("wb") as out:  # a file, so that numpy adds no suffix to the name
+        np.savez_compressed(
+            out,
+            ids=changed,
+            rows=quantised,
+            scales=scales.astype(np.float32),
+            teacher_version=np.array(teacher_version),
+        )
     return len(changed)

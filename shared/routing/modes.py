@@ -166,7 +166,7 @@ class EmbeddingRouting:
 
     With `second` as well (the learned static table, as cheap), the same again with its own
     bars between the quick stage and MiniLM: on the router benchmark's openings it decides
-    two thirds of what the static vectors leave."""
+    three quarters of what the static vectors leave."""
 
     name = "embedding"
 
