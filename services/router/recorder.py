@@ -2,9 +2,9 @@
 
 A reply goes back to the caller as soon as the endpoint gives it; the turn it ends (the
 conversation's row, its trajectory with the whole history) joins a queue that one task
-writes: each tenant's waiting turns (up to `batch` in all) in one transaction of a few
-batched statements, in order within a conversation, so the store keeps up with thousands
-of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
+writes: each tenant's waiting turns (up to `batch` in all) in two statements over arrays on
+one connection the task holds, in order within a conversation, so the store keeps up with
+thousands of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
 until it takes it (at most `limit` turns wait: past that the router refuses new requests
 with a 503 until the store catches up, rather than answer a turn it could not keep); while it
 refuses them they are also journaled on local disk, and what it has not taken when the
@@ -26,28 +26,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Float,
-    Integer,
-    Text,
-    bindparam,
-    cast,
-    column,
-    func,
-    literal,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.dialects.postgresql import UUID as PG_UUID
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import update
 from sqlalchemy.exc import (
     ArgumentError,
     CompileError,
     DataError,
+    DBAPIError,
     IntegrityError,
     InvalidRequestError,
 )
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.router.conversations import Known, tip
 from shared.logging import get_logger
@@ -155,6 +143,10 @@ class Recorder:
         self._progress = asyncio.Condition()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._conn: AsyncConnection | None = None
+        """The connection batches are written on, held from one to the next: a checkout from
+        the pool and its ping were most of a small batch's cost. Dropped on any failure, so
+        a store that restarted is reached on a new one."""
 
     def start(self) -> None:
         """Start writing; first the turns a stopped router left in the spool."""
@@ -253,6 +245,10 @@ class Recorder:
                     await self.flush()
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            with contextlib.suppress(*STORE_ERRORS):
+                await self._conn.close()
+            self._conn = None
         self._release()
         self._forget_journal()
         if self._queue and self.spool is not None:
@@ -329,6 +325,26 @@ class Recorder:
                     continue
                 delay = 0.5
 
+    async def _batched(self, tenant: str, turns: list[Answered]) -> list[Answered]:
+        """`write_batch` on the held connection, made first where there is none; tried once
+        more on a new one when the held one turns out dead (Postgres restarted since the
+        last batch). Safe to repeat: a statement that took effect changes nothing again."""
+        for attempt in (1, 2):
+            if self._conn is None:
+                conn = await self.store.engine.connect()
+                self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn = self._conn
+            try:
+                return await write_batch(conn, tenant, turns)
+            except BaseException as exc:
+                self._conn = None
+                with contextlib.suppress(*STORE_ERRORS):
+                    await conn.invalidate()
+                if attempt == 1 and isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
     async def _write(self, tenant: str, turns: list[tuple[int, Answered]], done: set[int]) -> None:
         """A tenant's turns, in one transaction: batched statements for what is common (new
         conversations, continued ones), `keep` for the rest. A turn the store refuses for
@@ -336,8 +352,11 @@ class Recorder:
         hold the others back; one that still fails is logged as lost. The numbers of the
         turns settled go to `done` as they are."""
         try:
-            async with self.store.tenant(tenant) as session:
-                await write_batch(session, tenant, [a for _, a in turns])
+            apart = await self._batched(tenant, [a for _, a in turns])
+            if apart:
+                async with self.store.tenant(tenant) as session:
+                    for answered in apart:
+                        await keep(session, answered)
             done.update(n for n, _ in turns)
             return
         except REFUSED as exc:
@@ -410,227 +429,117 @@ def _runs(turns: list[Answered]) -> tuple[list[_Run], list[Answered]]:
     return list(runs.values()), apart
 
 
-async def write_batch(session: Any, tenant: str, turns: list[Answered]) -> None:
-    """Write a tenant's turns with a handful of statements whatever their number: new
-    conversations in two inserts (their trajectories, then their rows), continued ones in
-    two updates (a conversation moves on only from the tip its turn found). What does not
-    fit (a conversation another router process moved on: a branch) goes through `keep`."""
+async def write_batch(conn: AsyncConnection, tenant: str, turns: list[Answered]) -> list[Answered]:
+    """Write a tenant's turns with two statements whatever their number, on `conn` outside
+    any transaction (each statement is whole or nothing, and a statement run again after its
+    commit went unheard changes nothing): new conversations with their trajectories, then
+    continued ones moved on (each only from the tip its turn found). The turns that do not
+    fit (a conversation another router process moved on: a branch) are returned, for
+    `keep`."""
     runs, apart = _runs(turns)
     opened = [r for r in runs if r.first.turn.opening is not None]
     continued = [r for r in runs if r.first.turn.opening is None]
     if opened:
-        await _open(session, tenant, opened)
+        await _open(conn, tenant, opened)
     if continued:
-        apart = [*await _continue(session, continued), *apart]
-    for answered in apart:
-        await keep(session, answered)
+        apart = [*await _continue(conn, tenant, continued), *apart]
+    return apart
 
 
-async def _open(session: Any, tenant: str, runs: list[_Run]) -> None:
-    """New conversations and their trajectories, in two statements over arrays: those of an
+async def _open(conn: AsyncConnection, tenant: str, runs: list[_Run]) -> None:
+    """New conversations and their trajectories, in one statement over arrays: those of an
     agent deleted since are left out, an adapter deleted since is none."""
     rows = [(r, o) for r in runs if (o := r.first.turn.opening) is not None]
-    both: dict[str, list[Any]] = {
-        "id": [r.first.turn.conversation_id for r, _ in rows],
-        "trajectory_id": [o.trajectory_id for _, o in rows],
-        "agent_id": [o.agent_id for _, o in rows],
-        "adapter_id": [o.adapter_id for _, o in rows],
-    }
-    trajectories = _bound(
-        "opens",
-        tenant_id=tenant,
-        **both,
-        model=[r.last.model for r, _ in rows],
-        messages=[storable_json(r.last.messages) for r, _ in rows],
-        tokens=[r.tokens for r, _ in rows],
-        latency_ms=[r.latency_ms for r, _ in rows],
-    )
-    await session.execute(OPEN_TRAJECTORIES, trajectories)
-    conversations = _bound(
-        "starts",
-        tenant_id=tenant,
-        **both,
-        api_key_id=[o.api_key_id for _, o in rows],
-        tip=[r.last.tip for r, _ in rows],
-        route=[storable_json(o.route) for _, o in rows],
-        turns=[o.turns + len(r.turns) for r, o in rows],
-    )
-    await session.execute(OPEN_CONVERSATIONS, conversations)
-
-
-def _bound(name: str, tenant_id: str | None = None, **columns: list[Any]) -> dict[str, Any]:
-    """The parameters of a statement over `_rows(name, ...)`: one array per column, and the
-    tenant where the statement names it."""
-    bound = {f"{name}_{c}": v for c, v in columns.items()}
-    return bound if tenant_id is None else {"tenant_id": tenant_id, **bound}
-
-
-def _rows(name: str, **columns: Any) -> Any:
-    """A table of rows passed as one array per column (`unnest`), each bound as
-    `<name>_<column>`: the statement's text is the same whatever the number of rows."""
-    return (
-        func.unnest(*(cast(bindparam(f"{name}_{c}"), ARRAY(t)) for c, t in columns.items()))
-        .table_valued(*(column(c, t) for c, t in columns.items()))
-        .render_derived(name=name)
+    await conn.exec_driver_sql(
+        OPEN,
+        (
+            tenant,
+            [r.first.turn.conversation_id for r, _ in rows],
+            [o.trajectory_id for _, o in rows],
+            [o.agent_id for _, o in rows],
+            [o.adapter_id for _, o in rows],
+            [o.api_key_id for _, o in rows],
+            [r.last.model for r, _ in rows],
+            [storable_json(r.last.messages) for r, _ in rows],
+            [r.tokens for r, _ in rows],
+            [r.latency_ms for r, _ in rows],
+            [r.last.tip for r, _ in rows],
+            [storable_json(o.route) for _, o in rows],
+            [o.turns + len(r.turns) for r, o in rows],
+        ),
     )
 
 
-UUIDS = PG_UUID(as_uuid=True)
-OPENS = _rows(
-    "opens",
-    id=UUIDS,
-    trajectory_id=UUIDS,
-    agent_id=UUIDS,
-    adapter_id=UUIDS,
-    model=Text,
-    messages=Text,
-    tokens=Integer,
-    latency_ms=Float,
+# The batched statements are the driver's SQL, not SQLAlchemy's: compiling and scoping ORM
+# statements cost the router's event loop 4 to 5 ms a batch whatever its size. The session's
+# tenant scope does not see them, so each names its tenant ($1) wherever it reads or writes:
+# only the tenant's own agents, adapters, conversations and trajectories are touched.
+OPEN = """
+WITH living AS (
+    SELECT o.*, adapters.id AS served_by
+    FROM unnest($2::uuid[], $3::uuid[], $4::uuid[], $5::uuid[], $6::uuid[], $7::text[],
+                $8::text[], $9::integer[], $10::float8[], $11::text[], $12::text[],
+                $13::integer[])
+         AS o(id, trajectory_id, agent_id, adapter_id, api_key_id, model, messages, tokens,
+              latency_ms, tip, route, turns)
+    JOIN agents ON agents.id = o.agent_id AND agents.tenant_id = $1
+    LEFT JOIN adapters ON adapters.id = o.adapter_id AND adapters.tenant_id = $1
+), trajectories_written AS (
+    INSERT INTO trajectories (id, tenant_id, agent_id, request_id, adapter_id, source, model,
+                              messages, tokens, latency_ms, trial, reward_breakdown)
+    SELECT trajectory_id, $1, agent_id, id, served_by, 'production', model, messages::jsonb,
+           tokens, latency_ms, 0, '{}'::jsonb
+    FROM living
+    ON CONFLICT DO NOTHING
 )
-STARTS = _rows(
-    "starts",
-    id=UUIDS,
-    trajectory_id=UUIDS,
-    agent_id=UUIDS,
-    adapter_id=UUIDS,
-    api_key_id=UUIDS,
-    tip=Text,
-    route=Text,
-    turns=Integer,
+INSERT INTO conversations (id, tenant_id, agent_id, adapter_id, api_key_id, trajectory_id,
+                           tip, route, turns)
+SELECT id, $1, agent_id, served_by, api_key_id, trajectory_id, tip, route::jsonb, turns
+FROM living
+ON CONFLICT DO NOTHING
+"""
+"""New conversations (those of an agent deleted since left out) with their trajectories; a
+batch written before, whose commit was not heard of, changes nothing."""
+MOVE = """
+WITH moved AS (
+    UPDATE conversations
+    SET tip = m.tip, turns = conversations.turns + m.n, updated_at = now()
+    FROM unnest($2::uuid[], $3::text[], $4::text[], $5::integer[]) AS m(id, found, tip, n)
+    WHERE conversations.tenant_id = $1 AND conversations.id = m.id
+      AND conversations.tip = m.found AND conversations.trajectory_id IS NOT NULL
+    RETURNING conversations.id, conversations.trajectory_id
+), extended AS (
+    UPDATE trajectories
+    SET messages = h.messages::jsonb, tokens = trajectories.tokens + h.tokens,
+        latency_ms = trajectories.latency_ms + h.latency_ms
+    FROM moved
+    JOIN unnest($2::uuid[], $6::text[], $7::integer[], $8::float8[])
+         AS h(id, messages, tokens, latency_ms) ON h.id = moved.id
+    WHERE trajectories.tenant_id = $1 AND trajectories.id = moved.trajectory_id
 )
-_TENANT = bindparam("tenant_id", type_=Text)
-"""Bound under the column's name: the session's scope checks it is its own tenant."""
+SELECT id FROM moved
+"""
+"""Conversations moved on, each only from the tip its turn found, and their trajectories
+given the whole history; the ids of those moved."""
 
 
-def _living(rows: Any) -> Any:
-    """`rows` joined to their agent (gone: left out) and their adapter (gone: none), the
-    tenant's own only (the session's tenant filter does not reach into an insert's select)."""
-    return rows.join(Agent, (Agent.id == rows.c.agent_id) & (Agent.tenant_id == _TENANT)).outerjoin(
-        Adapter, (Adapter.id == rows.c.adapter_id) & (Adapter.tenant_id == _TENANT)
-    )
-
-
-OPEN_TRAJECTORIES = (
-    pg_insert(Trajectory.metadata.tables["trajectories"])
-    .from_select(
-        [
-            "id",
-            "tenant_id",
-            "agent_id",
-            "request_id",
-            "adapter_id",
-            "source",
-            "model",
-            "messages",
-            "tokens",
-            "latency_ms",
-            "trial",
-            "reward_breakdown",
-        ],
-        select(
-            OPENS.c.trajectory_id,
-            _TENANT,
-            OPENS.c.agent_id,
-            OPENS.c.id,
-            Adapter.id,
-            literal("production"),
-            OPENS.c.model,
-            cast(OPENS.c.messages, JSONB),
-            OPENS.c.tokens,
-            OPENS.c.latency_ms,
-            literal(0),
-            cast(literal("{}"), JSONB),
-        ).select_from(_living(OPENS)),
-    )
-    .on_conflict_do_nothing()  # a batch written before, whose commit was not heard of
-)
-"""New conversations' trajectories: arrays in, one statement (compiled and prepared once,
-with no per-row work in Python beyond the arrays)."""
-OPEN_CONVERSATIONS = (
-    pg_insert(Conversation.metadata.tables["conversations"])
-    .from_select(
-        [
-            "id",
-            "tenant_id",
-            "agent_id",
-            "adapter_id",
-            "api_key_id",
-            "trajectory_id",
-            "tip",
-            "route",
-            "turns",
-        ],
-        select(
-            STARTS.c.id,
-            _TENANT,
-            STARTS.c.agent_id,
-            Adapter.id,
-            STARTS.c.api_key_id,
-            STARTS.c.trajectory_id,
-            STARTS.c.tip,
-            cast(STARTS.c.route, JSONB),
-            STARTS.c.turns,
-        ).select_from(_living(STARTS)),
-    )
-    .on_conflict_do_nothing()
-)
-"""Their rows, after them."""
-MOVES = _rows("moves", id=UUIDS, found=Text, tip=Text, n=Integer)
-HISTORIES = _rows("histories", id=UUIDS, messages=Text, tokens=Integer, latency_ms=Float)
-MOVE = (
-    update(Conversation)
-    .where(
-        Conversation.id == MOVES.c.id,
-        Conversation.tip == MOVES.c.found,
-        Conversation.trajectory_id.is_not(None),
-    )
-    .values(tip=MOVES.c.tip, turns=Conversation.turns + MOVES.c.n)
-    .returning(Conversation.id, Conversation.trajectory_id)
-    .execution_options(synchronize_session=False)
-)
-"""Conversations moved on, each only from the tip its turn found: arrays in, one statement
-(the same text whatever their number, so it is compiled and prepared once)."""
-EXTEND = (
-    update(Trajectory)
-    .where(Trajectory.id == HISTORIES.c.id)
-    .values(
-        messages=cast(HISTORIES.c.messages, JSONB),
-        tokens=Trajectory.tokens + HISTORIES.c.tokens,
-        latency_ms=Trajectory.latency_ms + HISTORIES.c.latency_ms,
-    )
-    .execution_options(synchronize_session=False)
-)
-"""Their trajectories take the whole history."""
-
-
-async def _continue(session: Any, runs: list[_Run]) -> list[Answered]:
+async def _continue(conn: AsyncConnection, tenant: str, runs: list[_Run]) -> list[Answered]:
     """Continued conversations moved on, each from the tip its first turn found; the turns
     of those that were not there (or have no trajectory), for `keep`."""
-    moved = {
-        cid: trajectory_id
-        for cid, trajectory_id in await session.execute(
-            MOVE,
-            _bound(
-                "moves",
-                id=[r.first.turn.conversation_id for r in runs],
-                found=[r.first.turn.found_tip for r in runs],
-                tip=[r.last.tip for r in runs],
-                n=[len(r.turns) for r in runs],
-            ),
-        )
-    }
-    done = [r for r in runs if r.first.turn.conversation_id in moved]
-    if done:
-        await session.execute(
-            EXTEND,
-            _bound(
-                "histories",
-                id=[moved[r.first.turn.conversation_id] for r in done],
-                messages=[storable_json(r.last.messages) for r in done],
-                tokens=[r.tokens for r in done],
-                latency_ms=[r.latency_ms for r in done],
-            ),
-        )
+    result = await conn.exec_driver_sql(
+        MOVE,
+        (
+            tenant,
+            [r.first.turn.conversation_id for r in runs],
+            [r.first.turn.found_tip for r in runs],
+            [r.last.tip for r in runs],
+            [len(r.turns) for r in runs],
+            [storable_json(r.last.messages) for r in runs],
+            [r.tokens for r in runs],
+            [r.latency_ms for r in runs],
+        ),
+    )
+    moved = {cid for (cid,) in result}
     return [a for r in runs if r.first.turn.conversation_id not in moved for a in r.turns]
 
 

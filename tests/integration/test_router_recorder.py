@@ -16,9 +16,11 @@ import pytest
 from sqlalchemy import event, func, select, text
 
 from services.router.conversations import Known, tip
-from services.router.recorder import Answered, Opening, Recorder, Turn, write_batch
+from services.router.recorder import Answered, Opening, Recorder, Turn, keep, write_batch
+from shared.config import DatabaseConfig
 from shared.store import Store
 from shared.store.agents import create_agent
+from shared.store.engine import application_name
 from shared.store.models import Conversation, Trajectory
 from shared.store.tenants import create_tenant
 
@@ -71,6 +73,17 @@ def _statements(store: Store) -> Iterator[list[str]]:
         event.remove(store.engine.sync_engine, "before_cursor_execute", count)
 
 
+async def _write(store: Store, tenant: str, turns: list[Answered]) -> None:
+    """`turns` written as the recorder writes a batch: its statements outside a transaction,
+    then what does not fit them by `keep`."""
+    async with store.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        apart = await write_batch(conn, tenant, turns)
+    async with store.tenant(tenant) as session:
+        for answered in apart:
+            await keep(session, answered)
+
+
 async def _conversations(store: Store, tenant: str) -> dict[uuid.UUID, Conversation]:
     async with store.tenant(tenant) as session:
         return {c.id: c for c in await session.scalars(select(Conversation))}
@@ -104,10 +117,10 @@ async def test_a_batch_of_many_turns_takes_a_few_statements_and_loses_none(
         for answered in batch:
             recorder.submit(answered)
         await recorder.flush()
-    writes = [s for s in seen if s in ("INSERT", "UPDATE")]
-    # each tenant: trajectories and conversations inserted, conversations and trajectories
-    # updated (acme's earlier conversation); one statement per kind, whatever the number
-    assert len(writes) <= 6, seen
+    # one statement a kind and tenant, whatever the number of turns: acme's new
+    # conversations with their trajectories, acme's earlier one moved on with its trajectory,
+    # globex's new ones; nothing else (no transaction, no ping on a connection checked out)
+    assert len(seen) == 3, seen
     acme, globex = await _conversations(store, "acme"), await _conversations(store, "globex")
     assert (len(acme), len(globex)) == (22, 21)
     three = acme[long_a[0].turn.conversation_id]
@@ -130,8 +143,7 @@ async def test_a_conversation_moved_on_elsewhere_keeps_this_turn_as_a_branch(
 ) -> None:
     agent = await _agent(store, "acme")
     first, second = _turns("acme", agent, "hello", 2)
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", [first])
+    await _write(store, "acme", [first])
     # another router process answered a different second turn meanwhile
     elsewhere = [*_history("hello", 1), {"role": "user", "content": "other"}]
     elsewhere.append({"role": "assistant", "content": "other reply"})
@@ -139,8 +151,7 @@ async def test_a_conversation_moved_on_elsewhere_keeps_this_turn_as_a_branch(
         row = await session.get(Conversation, first.turn.conversation_id)
         assert row is not None
         row.tip = tip(elsewhere)
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", [second])
+    await _write(store, "acme", [second])
     rows = await _conversations(store, "acme")
     assert len(rows) == 2
     [branch] = [c for c in rows.values() if c.id != first.turn.conversation_id]
@@ -170,8 +181,7 @@ async def test_new_conversations_written_twice_are_kept_once(store: Store) -> No
     agent = await _agent(store, "acme")
     batch = [t for n in range(3) for t in _turns("acme", agent, f"n {n}", 1)]
     for _ in range(2):
-        async with store.tenant("acme") as session:
-            await write_batch(session, "acme", batch)
+        await _write(store, "acme", batch)
     async with store.tenant("acme") as session:
         assert await session.scalar(select(func.count()).select_from(Conversation)) == 3
         assert await session.scalar(select(func.count()).select_from(Trajectory)) == 3
@@ -187,7 +197,7 @@ async def test_a_batch_statement_that_cannot_compile_falls_back_and_loses_nothin
 
     from services.router import recorder as module
 
-    async def broken(*_: Any) -> None:
+    async def broken(*_: Any) -> list[Answered]:
         raise CompileError("a statement of ours that is wrong")
 
     monkeypatch.setattr(module, "write_batch", broken)
@@ -214,10 +224,10 @@ async def test_flush_waits_for_the_batch_being_written(
     entered, release = asyncio.Event(), asyncio.Event()
     real = module.write_batch
 
-    async def slow(*args: Any) -> None:
+    async def slow(*args: Any) -> list[Answered]:
         entered.set()
         await release.wait()
-        await real(*args)
+        return await real(*args)
 
     monkeypatch.setattr(module, "write_batch", slow)
     agent = await _agent(store, "acme")
@@ -242,11 +252,9 @@ async def test_a_replayed_turn_its_conversation_went_past_is_not_a_branch(store:
     back as branches (duplicate trajectories, training data counted twice)."""
     agent = await _agent(store, "acme")
     turns = _turns("acme", agent, "hello", 3)
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", turns)
+    await _write(store, "acme", turns)
     for replayed in ([turns[1]], [turns[0], turns[1]], turns):
-        async with store.tenant("acme") as session:
-            await write_batch(session, "acme", replayed)
+        await _write(store, "acme", replayed)
     rows = await _conversations(store, "acme")
     assert len(rows) == 1
     [row] = rows.values()
@@ -306,11 +314,12 @@ async def _tenant_index_reads(store: Store) -> int:
 
 
 async def _written_and_counted(store: Store, answered: Answered) -> None:
-    """`answered` written, its connection's counts of index reads flushed when it commits
-    (a backend sends them on its own only now and then)."""
-    async with store.tenant("acme") as session:
-        await write_batch(session, "acme", [answered])
-        await session.execute(text("SELECT pg_stat_force_next_flush()"))
+    """`answered` written, its connection's counts of index reads flushed once it is (a
+    backend sends them on its own only now and then)."""
+    async with store.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        assert await write_batch(conn, "acme", [answered]) == []
+        await conn.exec_driver_sql("SELECT pg_stat_force_next_flush()")
 
 
 async def test_moving_conversations_on_reads_their_rows_only_after_the_table_grew(
@@ -324,8 +333,7 @@ async def test_moving_conversations_on_reads_their_rows_only_after_the_table_gre
     for n in range(8):  # the table small: the statement planned and cached
         first, second = _turns("acme", agent, f"early {n}", 2)
         for answered in (first, second):
-            async with store.tenant("acme") as session:
-                await write_batch(session, "acme", [answered])
+            await _write(store, "acme", [answered])
     async with store.tenant("acme") as session:
         await session.execute(
             text(
@@ -351,3 +359,71 @@ async def test_moving_conversations_on_reads_their_rows_only_after_the_table_gre
     assert await _tenant_index_reads(store) - before < 100
     rows = await _conversations(store, "acme")
     assert rows[second.turn.conversation_id].tip == second.tip
+
+
+async def test_a_turn_naming_another_tenant_s_conversation_does_not_move_it(
+    store: Store,
+) -> None:
+    """The batched statements run outside the session's tenant scope, so each names its
+    tenant: a turn of acme's that carries the id and tip of globex's conversation must leave
+    that conversation and its trajectory as they were."""
+    await _agent(store, "acme")
+    theirs = await _agent(store, "globex")
+    [opened] = _turns("globex", theirs, "globex's own", 1)
+    await _write(store, "globex", [opened])
+    [before] = (await _conversations(store, "globex")).values()
+    history = [*opened.messages, {"role": "user", "content": "acme's turn"}]
+    history.append({"role": "assistant", "content": "acme's reply"})
+    intruder = Turn("acme", opened.turn.known, opened.tip, 1)
+    await _write(store, "acme", [Answered(intruder, "smollm2", history, tip(history), 3, 1.0)])
+    [after] = (await _conversations(store, "globex")).values()
+    assert (after.tip, after.turns) == (before.tip, before.turns)
+    assert (await _trajectory(store, "globex", after)).messages == opened.messages
+    assert await _conversations(store, "acme") == {}
+
+
+class _Log:
+    """The recorder's logger, keeping what it was told."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def _keep(self, event: str, **_: Any) -> None:
+        self.events.append(event)
+
+    info = warning = error = exception = _keep
+
+
+async def test_a_connection_postgres_dropped_between_batches_is_replaced_at_once(
+    store: Store, db_cfg: DatabaseConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches are written on one connection held between them (no checkout, no ping). When
+    Postgres drops it meanwhile (a restart), the next batch goes on a new connection at
+    once, not after a failed write and the backoff."""
+    from services.router import recorder as module
+
+    log = _Log()
+    monkeypatch.setattr(module, "log", log)
+    agent = await _agent(store, "acme")
+    first, second = _turns("acme", agent, "hello", 2)
+    recorder = Recorder(store, limit=100)
+    recorder.start()
+    recorder.submit(first)
+    await recorder.flush()
+    async with store.cross_tenant() as session:
+        dropped = await session.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name = :name"
+            ),
+            {"name": application_name(db_cfg.schema)},
+        )
+    assert dropped
+    recorder.submit(second)
+    async with asyncio.timeout(10):
+        await recorder.flush()
+    await recorder.close(1.0)
+    [row] = (await _conversations(store, "acme")).values()
+    assert (row.turns, row.tip) == (2, second.tip)
+    assert "production turns not recorded yet; retried" not in log.events, log.events
