@@ -126,7 +126,7 @@ def _decisions(embed: Embed, profiles: Profiles, texts: Sequence[str]) -> list[s
 
 def weighted(static: StaticMiniLM, a: float | None) -> Embed:
     """The static embedder with each token's vector weighted a / (a + p(token))."""
-    table, tokenizer = static._load()
+    table, words = static._load()
     ids = np.arange(table.shape[0])
     rank = np.where(ids >= 1996, ids - 1995, 1).astype(np.float64)  # characters: frequent
     p = (1.0 / (rank + 1)) / (1.0 / (rank + 1)).sum()
@@ -134,8 +134,8 @@ def weighted(static: StaticMiniLM, a: float | None) -> Embed:
 
     def embed(texts: Sequence[str]) -> Any:
         out = []
-        for encoded in tokenizer.encode_batch(list(texts), add_special_tokens=False):
-            own = np.asarray(encoded.ids, dtype=np.int64)
+        for ids in map(words.ids, texts):
+            own = np.asarray(ids, dtype=np.int64)
             vector = (table[own] * weights[own][:, None]).sum(0)
             out.append(vector / (np.linalg.norm(vector) or 1.0))
         return np.asarray(out)
