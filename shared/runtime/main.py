@@ -25,7 +25,7 @@ def run_service(name: str, config_cls: type[C], build: Callable[[C], Service]) -
         sys.exit(2)
     configure_logging(cfg.log.level, cfg.log.format, service=name)
     try:
-        code = asyncio.run(build(cfg).run())
+        code = asyncio.run(build(cfg).run(freeze_start_up=True))
     except EmbeddedServerError as exc:
         get_logger(name).error("embedded server failed", error=str(exc))
         code = 1
