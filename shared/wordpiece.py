@@ -24,6 +24,11 @@ _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
 character (every one is punctuation to BERT) alone."""
 
 
+LONGEST = 100
+"""WordPiece's longest word (`max_input_chars_per_word`): a longer one is [UNK], asked of
+the tokenizer each time and not kept (a few thousand such words would hold megabytes)."""
+
+
 class WordIds:
     """`ids(text)`: the token ids `tokenizer` gives `text` without special tokens, cut to
     `limit`. `tokenizer` is a `tokenizers.Tokenizer` with BERT's normalizer (uncased) and
@@ -41,12 +46,15 @@ class WordIds:
             return list(self.tokenizer.encode(text, add_special_tokens=False).ids)[: self.limit]
         words = self._words
         out: list[int] = []
-        for word in _WORDS.findall(text.lower()):
+        for match in _WORDS.finditer(text.lower()):  # read no further than the limit
+            word = match.group()
             own = words.get(word)
             if own is None:
-                if len(words) >= self.size:
-                    words.clear()
-                own = words[word] = list(self.tokenizer.encode(word, add_special_tokens=False).ids)
+                own = list(self.tokenizer.encode(word, add_special_tokens=False).ids)
+                if len(word) <= LONGEST:
+                    if len(words) >= self.size:
+                        words.clear()
+                    words[word] = own
             out += own
             if len(out) >= self.limit:
                 return out[: self.limit]

@@ -328,13 +328,15 @@ class Recorder:
     async def _batched(self, tenant: str, turns: list[Answered]) -> list[Answered]:
         """`write_batch` on the held connection, made first where there is none; tried once
         more on a new one when the held one turns out dead (Postgres restarted since the
-        last batch). Safe to repeat: a statement that took effect changes nothing again."""
+        last batch). Safe to repeat (see `write_batch`)."""
         for attempt in (1, 2):
+            fresh = self._conn is None
             if self._conn is None:
-                conn = await self.store.engine.connect()
-                self._conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                self._conn = await self.store.engine.connect()
             conn = self._conn
             try:
+                if fresh:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
                 return await write_batch(conn, tenant, turns)
             except BaseException as exc:
                 self._conn = None
@@ -346,8 +348,8 @@ class Recorder:
         raise AssertionError("unreachable")
 
     async def _write(self, tenant: str, turns: list[tuple[int, Answered]], done: set[int]) -> None:
-        """A tenant's turns, in one transaction: batched statements for what is common (new
-        conversations, continued ones), `keep` for the rest. A turn the store refuses for
+        """A tenant's turns: batched statements for what is common (new conversations,
+        continued ones), then `keep` for the rest in a transaction. A turn the store refuses for
         its data (a row it points to deleted meanwhile) is then written alone, so it cannot
         hold the others back; one that still fails is logged as lost. The numbers of the
         turns settled go to `done` as they are."""
@@ -431,26 +433,30 @@ def _runs(turns: list[Answered]) -> tuple[list[_Run], list[Answered]]:
 
 async def write_batch(conn: AsyncConnection, tenant: str, turns: list[Answered]) -> list[Answered]:
     """Write a tenant's turns with two statements whatever their number, on `conn` outside
-    any transaction (each statement is whole or nothing, and a statement run again after its
-    commit went unheard changes nothing): new conversations with their trajectories, then
-    continued ones moved on (each only from the tip its turn found). The turns that do not
-    fit (a conversation another router process moved on: a branch) are returned, for
-    `keep`."""
+    any transaction (each statement is whole or nothing): new conversations with their
+    trajectories, then continued ones moved on (each only from the tip its turn found). The
+    turns these do not take are returned, in order, for `keep`: a conversation another router
+    process moved on (a branch), and one that was already there when its opening turn came
+    (a batch tried again after its statements went in, or some of them: its later turns
+    must still be kept, and `keep` knows a turn written before)."""
     runs, apart = _runs(turns)
     opened = [r for r in runs if r.first.turn.opening is not None]
     continued = [r for r in runs if r.first.turn.opening is None]
+    left: list[Answered] = []
     if opened:
-        await _open(conn, tenant, opened)
+        written = await _open(conn, tenant, opened)
+        left += [a for r in opened if r.first.turn.conversation_id not in written for a in r.turns]
     if continued:
-        apart = [*await _continue(conn, tenant, continued), *apart]
-    return apart
+        left += await _continue(conn, tenant, continued)
+    return [*left, *apart]
 
 
-async def _open(conn: AsyncConnection, tenant: str, runs: list[_Run]) -> None:
+async def _open(conn: AsyncConnection, tenant: str, runs: list[_Run]) -> set[uuid.UUID]:
     """New conversations and their trajectories, in one statement over arrays: those of an
-    agent deleted since are left out, an adapter deleted since is none."""
+    agent deleted since are left out, an adapter deleted since is none. The ids of the
+    conversations written."""
     rows = [(r, o) for r in runs if (o := r.first.turn.opening) is not None]
-    await conn.exec_driver_sql(
+    result = await conn.exec_driver_sql(
         OPEN,
         (
             tenant,
@@ -468,6 +474,7 @@ async def _open(conn: AsyncConnection, tenant: str, runs: list[_Run]) -> None:
             [o.turns + len(r.turns) for r, o in rows],
         ),
     )
+    return {cid for (cid,) in result}
 
 
 # The batched statements are the driver's SQL, not SQLAlchemy's: compiling and scoping ORM
@@ -497,9 +504,10 @@ INSERT INTO conversations (id, tenant_id, agent_id, adapter_id, api_key_id, traj
 SELECT id, $1, agent_id, served_by, api_key_id, trajectory_id, tip, route::jsonb, turns
 FROM living
 ON CONFLICT DO NOTHING
+RETURNING id
 """
-"""New conversations (those of an agent deleted since left out) with their trajectories; a
-batch written before, whose commit was not heard of, changes nothing."""
+"""New conversations (those of an agent deleted since left out) with their trajectories; the
+ids of those written (one already there is not written again)."""
 MOVE = """
 WITH moved AS (
     UPDATE conversations

@@ -119,7 +119,7 @@ async def test_a_batch_of_many_turns_takes_a_few_statements_and_loses_none(
         await recorder.flush()
     # one statement a kind and tenant, whatever the number of turns: acme's new
     # conversations with their trajectories, acme's earlier one moved on with its trajectory,
-    # globex's new ones; nothing else (no transaction, no ping on a connection checked out)
+    # globex's new ones (was six: one a table and kind)
     assert len(seen) == 3, seen
     acme, globex = await _conversations(store, "acme"), await _conversations(store, "globex")
     assert (len(acme), len(globex)) == (22, 21)
@@ -427,3 +427,19 @@ async def test_a_connection_postgres_dropped_between_batches_is_replaced_at_once
     [row] = (await _conversations(store, "acme")).values()
     assert (row.turns, row.tip) == (2, second.tip)
     assert "production turns not recorded yet; retried" not in log.events, log.events
+
+
+async def test_a_conversation_opened_before_a_failed_batch_keeps_its_next_turn(
+    store: Store,
+) -> None:
+    """A batch's statements commit one by one: a batch that failed after its new
+    conversations were written is tried again, and meanwhile their next turns joined the
+    queue. The run [opening, next] then found its conversation already there, and the next
+    turn was dropped without a word (the review of session 24)."""
+    agent = await _agent(store, "acme")
+    opening, following = _turns("acme", agent, "hello", 2)
+    await _write(store, "acme", [opening])  # written, then the batch failed after it
+    await _write(store, "acme", [opening, following])  # tried again with the turn after
+    [row] = (await _conversations(store, "acme")).values()
+    assert (row.turns, row.tip) == (2, following.tip)
+    assert (await _trajectory(store, "acme", row)).messages == following.messages

@@ -60,3 +60,10 @@ def test_words_are_forgotten_when_full_and_learnt_again() -> None:
     assert words.ids(text) == _tokenizer_ids(text)
     assert len(words._words) <= 3
     assert words.ids(text) == _tokenizer_ids(text)
+
+
+def test_a_word_past_wordpiece_s_longest_is_not_kept() -> None:
+    words = WordIds(TOKENIZER, embeddings.MAX_TOKENS)
+    long = "x" * 5_000
+    assert words.ids(f"a {long} b") == _tokenizer_ids(f"a {long} b")
+    assert set(words._words) == {"a", "b"}
