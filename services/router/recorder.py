@@ -4,16 +4,16 @@ A reply goes back to the caller as soon as the endpoint gives it; the turn it en
 conversation's row, its trajectory with the whole history) joins a queue that one task
 writes: each tenant's waiting turns (up to `batch` in all) in two statements over arrays on
 one connection the task holds, in order within a conversation, so the store keeps up with
-thousands of turns a second. A store that cannot take a batch is retried with backoff, oldest first,
-until it takes it (at most `limit` turns wait: past that the router refuses new requests
-with a 503 until the store catches up, rather than answer a turn it could not keep); while it
-refuses them they are also journaled on local disk, and what it has not taken when the
-router stops goes to the spool (`spool.Spool`); the next router to start writes both first;
-`flush` waits until what was answered so far is written (feedback on a conversation, a
-graceful shutdown, tests). The conversation a turn belongs to, branches included, was
-decided before its reply was sent (see `conversations.Recent`); the write checks it once
-more against the store (a conversation moves on only from the tip its turn found), for a
-turn another router process answered.
+thousands of turns a second. A store that cannot take a batch is retried with backoff,
+oldest first, until it takes it (at most `limit` turns wait: past that the router refuses
+new requests with a 503 until the store catches up, rather than answer a turn it could not
+keep); while it refuses them they are also journaled on local disk, and what it has not
+taken when the router stops goes to the spool (`spool.Spool`); the next router to start
+writes both first; `flush` waits until what was answered so far is written (feedback on a
+conversation, a graceful shutdown, tests). The conversation a turn belongs to, branches
+included, was decided before its reply was sent (see `conversations.Recent`); the write
+checks it once more against the store (a conversation moves on only from the tip its turn
+found), for a turn another router process answered.
 """
 
 from __future__ import annotations
@@ -330,10 +330,9 @@ class Recorder:
         more on a new one when the held one turns out dead (Postgres restarted since the
         last batch). Safe to repeat (see `write_batch`)."""
         for attempt in (1, 2):
-            fresh = self._conn is None
-            if self._conn is None:
-                self._conn = await self.store.engine.connect()
-            conn = self._conn
+            conn, fresh = self._conn, self._conn is None
+            if conn is None:
+                conn = self._conn = await self.store.engine.connect()
             try:
                 if fresh:
                     await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -349,10 +348,10 @@ class Recorder:
 
     async def _write(self, tenant: str, turns: list[tuple[int, Answered]], done: set[int]) -> None:
         """A tenant's turns: batched statements for what is common (new conversations,
-        continued ones), then `keep` for the rest in a transaction. A turn the store refuses for
-        its data (a row it points to deleted meanwhile) is then written alone, so it cannot
-        hold the others back; one that still fails is logged as lost. The numbers of the
-        turns settled go to `done` as they are."""
+        continued ones), then `keep` for the rest in a transaction. A turn the store refuses
+        for its data (a row it points to deleted meanwhile) is then written alone, so it
+        cannot hold the others back; one that still fails is logged as lost. The numbers of
+        the turns settled go to `done` as they are."""
         try:
             apart = await self._batched(tenant, [a for _, a in turns])
             if apart:
