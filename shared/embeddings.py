@@ -130,8 +130,9 @@ _EXPORTING = threading.Lock()
 class OnnxMiniLM(_Remembering):
     """all-MiniLM-L6-v2 run by ONNX Runtime: the model's own vectors (cosine 1.0000 to
     `MiniLM`'s), without PyTorch's cost per operator, which is most of the time a short text
-    takes (docs/benchmarks.md). Its tokenizer is the packaged `tokenizer.json` (the Rust
-    `tokenizers`), the graph (encoder, mean pooling over the mask, unit length) is exported
+    takes (docs/benchmarks.md). Its token ids are the packaged `tokenizer.json`'s, read word by
+    word from memory (`word_ids`: the static stages before it split the request already), the
+    graph (encoder, mean pooling over the mask, unit length) is exported
     from the packaged model on first use (about 7 s, PyTorch needed then only) and kept
     under `cache_dir`; it runs on `threads` cores (one: an event loop has the other)."""
 
@@ -160,14 +161,16 @@ class OnnxMiniLM(_Remembering):
         weights again."""
         self._lock = threading.Lock()
         self._session: Any = None
-        self._tokenizer: Any = None
+        self._words: WordIds | None = None
+        self._special = (0, 0, 0)
+        """[CLS], [SEP] and [PAD]'s ids."""
 
     @property
     def loaded(self) -> bool:
         """Its graph is loaded: embedding no longer waits for a first load or export."""
         return self._session is not None
 
-    def _load(self) -> tuple[Any, Any]:
+    def _load(self) -> tuple[Any, WordIds]:
         with self._lock:
             if self._session is None:
                 import onnxruntime
@@ -191,22 +194,31 @@ class OnnxMiniLM(_Remembering):
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = self.threads
                 options.inter_op_num_threads = 1
-                tokenizer = _tokenizer()
-                tokenizer.enable_padding()
-                self._tokenizer = tokenizer
+                self._words = words = word_ids()
+                self._special = (
+                    words.tokenizer.token_to_id("[CLS]"),
+                    words.tokenizer.token_to_id("[SEP]"),
+                    words.tokenizer.token_to_id("[PAD]"),
+                )
                 # last: `loaded` says the whole embedder is ready
                 self._session = onnxruntime.InferenceSession(
                     str(path), options, providers=["CPUExecutionProvider"]
                 )
-            return self._session, self._tokenizer
+            assert self._words is not None
+            return self._session, self._words
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
         import numpy as np
 
-        session, tokenizer = self._load()
-        encoded = tokenizer.encode_batch(texts)
-        ids = np.asarray([e.ids for e in encoded], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
+        session, words = self._load()
+        cls, sep, pad = self._special
+        rows = [model_ids(words, text, cls, sep) for text in texts]
+        width = max(map(len, rows))
+        ids = np.full((len(rows), width), pad, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
         [vectors] = session.run(None, {"input_ids": ids, "attention_mask": mask})
         return [vector.tolist() for vector in vectors]
 
@@ -235,6 +247,27 @@ def _quantized(path: Path) -> Path:
         )
         partial.replace(small)
     return small
+
+
+_WORD_IDS: WordIds | None = None
+_WORD_IDS_LOCK = threading.Lock()
+
+
+def word_ids() -> WordIds:
+    """The process's word-by-word token ids (`shared.wordpiece`): one for every embedder, so
+    a request the static vectors, the learned table and MiniLM's graph each embed in turn is
+    split into tokens once."""
+    global _WORD_IDS
+    with _WORD_IDS_LOCK:
+        if _WORD_IDS is None:
+            _WORD_IDS = WordIds(_tokenizer(), MAX_TOKENS)
+        return _WORD_IDS
+
+
+def model_ids(words: WordIds, text: str, cls: int, sep: int) -> list[int]:
+    """`text`'s ids as MiniLM reads them: [CLS], its tokens (as many as fit `MAX_TOKENS` with
+    the two special ones), [SEP]; what the tokenizer's `encode` gives (a test compares)."""
+    return [cls, *words.ids(text)[: MAX_TOKENS - 2], sep]
 
 
 def _tokenizer() -> Any:
@@ -396,7 +429,7 @@ class StaticMiniLM:
                     partial = path.with_suffix(f".{os.getpid()}.partial.npy")
                     np.save(partial, _token_table(MiniLM()._load()))
                     partial.replace(path)  # whole or absent, for a process beside this one
-                self._words = WordIds(_tokenizer(), MAX_TOKENS)
+                self._words = word_ids()
                 self._table = np.load(path)
             assert self._words is not None
             return self._table, self._words

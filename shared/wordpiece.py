@@ -9,6 +9,10 @@ WordPiece reads each word alone. So a word's ids are asked of the tokenizer once
 and a text's ids are its words' ids in order. Anything else (other characters, control
 characters, a bracket that may open a special token such as `[MASK]`) goes to the tokenizer
 whole. The ids are the tokenizer's own either way (a property test compares them).
+
+One `WordIds` serves every stage of a routing decision (the static vectors, the learned
+table, MiniLM's graph): each is handed the same request, and the last text's ids are kept, so
+the request is split once.
 """
 
 from __future__ import annotations
@@ -33,15 +37,26 @@ class WordIds:
     """`ids(text)`: the token ids `tokenizer` gives `text` without special tokens, cut to
     `limit`. `tokenizer` is a `tokenizers.Tokenizer` with BERT's normalizer (uncased) and
     pre-tokenizer; at most `size` words are kept (all forgotten when full, then learnt
-    again)."""
+    again). The list returned is shared with later callers given the same text object: read
+    it, do not change it."""
 
     def __init__(self, tokenizer: Any, limit: int, size: int = 65_536) -> None:
         self.tokenizer = tokenizer
         self.limit = limit
         self.size = size
         self._words: dict[str, list[int]] = {}
+        self._last: tuple[str, list[int]] = ("", [])
+        """The text asked for last (the very object, compared by identity) and its ids."""
 
     def ids(self, text: str) -> list[int]:
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last[0] is text:
+            return last[1]
+        out = self._split(text)
+        self._last = (text, out)
+        return out
+
+    def _split(self, text: str) -> list[int]:
         if not _PLAIN.fullmatch(text):
             return list(self.tokenizer.encode(text, add_special_tokens=False).ids)[: self.limit]
         words = self._words

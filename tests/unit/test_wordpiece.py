@@ -24,6 +24,11 @@ def _tokenizer_ids(text: str) -> list[int]:
     return list(TOKENIZER.encode(text, add_special_tokens=False).ids)
 
 
+def _model_ids(text: str) -> list[int]:
+    cls, sep = TOKENIZER.token_to_id("[CLS]"), TOKENIZER.token_to_id("[SEP]")
+    return embeddings.model_ids(WORDS, text, cls, sep)
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(
@@ -52,6 +57,32 @@ def test_any_text_gets_the_tokenizer_s_ids(text: str) -> None:
 )
 def test_the_texts_that_set_the_rules_get_the_tokenizer_s_ids(text: str) -> None:
     assert WORDS.ids(text) == _tokenizer_ids(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["word", " ", "%", "[SEP]", "\u00e9", "x" * 120]), max_size=300).map(
+        "".join
+    )
+)
+def test_minilm_reads_the_ids_the_tokenizer_gives_with_its_special_tokens(text: str) -> None:
+    """MiniLM's graph takes its ids from the words (cut with room for [CLS] and [SEP]), not
+    from the tokenizer: the same ids, texts past `MAX_TOKENS` included."""
+    assert _model_ids(text) == list(TOKENIZER.encode(text).ids)
+
+
+def test_the_last_text_is_split_once_and_another_text_afresh() -> None:
+    words = WordIds(TOKENIZER, embeddings.MAX_TOKENS)
+    text = "Convert 80 pounds into yen."
+    first = words.ids(text)
+    words._words.clear()  # a second split would have to ask the tokenizer again
+    assert words.ids(text) is first
+    assert not words._words
+    same_words = "".join(["Convert 80 pounds ", "into yen."])  # equal, another object
+    assert words.ids(same_words) == first and words.ids(same_words) is not first
+    other = "Wake me at 6."
+    assert words.ids(other) == _tokenizer_ids(other)
+    assert words.ids(text) == first
 
 
 def test_words_are_forgotten_when_full_and_learnt_again() -> None:
