@@ -175,7 +175,8 @@ class OnnxMiniLM(_Remembering):
             if self._session is None:
                 import onnxruntime
 
-                path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.fused.onnx"
+                # `-ln`: its residuals' norms left unfused (`_fuse`), a graph of its own
+                path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.fused-ln.onnx"
                 if self.distilled:
                     from shared.routing import query_encoder
 
@@ -202,7 +203,10 @@ class OnnxMiniLM(_Remembering):
                 )
                 # last: `loaded` says the whole embedder is ready
                 self._session = onnxruntime.InferenceSession(
-                    str(path), options, providers=["CPUExecutionProvider"]
+                    str(path),
+                    options,
+                    providers=["CPUExecutionProvider"],
+                    disabled_optimizers=SESSION_UNFUSED,
                 )
             assert self._words is not None
             return self._session, self._words
@@ -355,21 +359,33 @@ def _export_onnx(encoder: Any, path: Path, *, fuse: bool = True) -> None:
         exported.unlink(missing_ok=True)
 
 
+SESSION_UNFUSED = ["SkipLayerNormFusion"]
+"""ONNX Runtime's own fusions a session of MiniLM's graph leaves out (see `_fuse`)."""
+
+
 def _fuse(source: Path, target: Path, config: Any) -> None:
     """The graph at `source` with ONNX Runtime's BERT fusions, written to `target`: each
     layer's attention one operator (its int8 twin one quantised operator), the embeddings'
-    sum and norm one, each residual's add and norm one. 73 operators where the export has
-    567; a short query in 4% to 14% less time with the int8 graph, 3% to 9% with fp32
-    (`benchmarks/fused_graph.py`, docs/benchmarks.md). Where the export no
-    longer has the pattern the fusions know (another transformers), the graph stays as it
+    sum and norm one. 73 operators where the export has 567; a short query in 4% to 14% less
+    time with the int8 graph, 3% to 9% with fp32 (`benchmarks/fused_graph.py`,
+    docs/benchmarks.md). Each residual's add and norm stay ONNX's `Add` and
+    `LayerNormalization` (`SESSION_UNFUSED` keeps the session from fusing them): ONNX
+    Runtime's `SkipLayerNormalization` took 25 us for a query's 14 x 384 values where they
+    take 3, and a query's twelve of them a tenth of its time (session 25). Where the export
+    no longer has the pattern the fusions know (another transformers), the graph stays as it
     was exported: the same vectors, slower, said in the log."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
+    options = FusionOptions("bert")
+    options.enable_skip_layer_norm = False
+    options.enable_bias_skip_layer_norm = False
     model = optimize_model(
         str(source),
         model_type="bert",
         num_heads=config.num_attention_heads,
         hidden_size=config.hidden_size,
+        optimization_options=options,
     )
     fused = model.get_fused_operator_statistics()
     if fused.get("Attention", 0) != config.num_hidden_layers:

@@ -133,6 +133,13 @@ def test_onnx_runtime_gives_minilm_s_own_vectors_and_int8_close_ones(tmp_path: P
     small = int8.embed(texts)
     [small_graph] = tmp_path.glob("*.int8-per-channel.onnx")
     assert graph.exists() and _operators(small_graph)["QAttention"] == 6
+    # each residual's add and norm left to LayerNormalization, in the file and as the session
+    # runs it: ONNX Runtime's SkipLayerNormalization was a tenth of a query (session 25)
+    for own in (graph, small_graph):
+        assert _operators(own)["SkipLayerNormalization"] == 0
+        assert _operators(own)["LayerNormalization"] == 12
+    assert _as_run(small_graph, embeddings.SESSION_UNFUSED)["SkipLayerNormalization"] == 0
+    assert _as_run(small_graph, [])["SkipLayerNormalization"] == 12  # what the list is for
     assert not list(tmp_path.glob("*.partial*"))
     for got, want in zip(small, reference, strict=True):
         # a scale per output channel: 0.93 at worst with one per matrix (session 13's)
@@ -224,6 +231,18 @@ def test_paraphrases_merge_and_distinct_skills_do_not(sim: embeddings.EmbeddingS
         "ask_for_missing_information": ["request_clarification"],  # related, same failures
         "report_result_to_user": [],  # shares failures with `ask`, but a different skill
     }
+
+
+def _as_run(graph: Path, unfused: list[str]) -> Counter[str]:
+    """The operators of `graph` once an ONNX Runtime session has optimised it."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(graph.with_suffix(".as-run.onnx"))
+    onnxruntime.InferenceSession(
+        str(graph), options, providers=["CPUExecutionProvider"], disabled_optimizers=unfused
+    )
+    return _operators(graph.with_suffix(".as-run.onnx"))
 
 
 def _operators(graph: Path) -> Counter[str]:
