@@ -19,7 +19,9 @@ requests, each user turn 1 kB, so most requests carry a long history.
 Then the sustained rate, side by side in the same run: a load generator in its own process
 (`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix)
 against the endpoint directly, then through the router. Afterwards the turns the router
-wrote are counted against those it answered, and how each new conversation was routed.
+wrote are counted against those it answered, and how each new conversation was routed; the
+one-at-a-time phase's added latency is also given by how its new conversations were routed
+(`added_ms_by_route`: which stage decided, so what a p99 is made of).
 """
 
 from __future__ import annotations
@@ -274,7 +276,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         routers = await _routers(args, schema, f"http://127.0.0.1:{upstream.port}/v1")
         try:
             assert upstream.port is not None
-            latency = await _latency(args, key, upstream.port)
+            latency, each = await _latency(args, key, upstream.port)
             streaming = await _first_tokens(args, key, upstream.port)
             pids = [proc.pid for proc in routers]
             sustained = {
@@ -299,12 +301,14 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 str(m): int(n)
                 for m, n in await session.execute(select(mode, func.count()).group_by(mode))
             }
+            by_route = _by_route(each, await _routed_openings(session))
     finally:
         await store.close()
         await upstream.close()
         await _drop(args.database_url, schema)
     return {
         **latency,
+        "added_ms_by_route": by_route,
         "streaming": streaming,
         "sustained": sustained,
         "routers": args.routers,
@@ -316,9 +320,12 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> dict[str, object]:
+async def _latency(
+    args: argparse.Namespace, key: str, upstream_port: int
+) -> tuple[dict[str, object], list[tuple[str | None, float]]]:
     """`args.requests` requests one at a time, each straight to the endpoint, then through
-    the router: new and continued conversations alternating."""
+    the router: new and continued conversations alternating. Also each request's opening
+    (None: it continues a conversation) and added seconds."""
     direct: list[float] = []
     routed: list[float] = []
     headers = {"Authorization": f"Bearer {key}"}
@@ -344,6 +351,11 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
     added = [b - a for a, b in zip(direct, routed, strict=True)]
     opened = [a for i, a in enumerate(added) if i % args.turns == 0]
     continued = [a for i, a in enumerate(added) if i % args.turns]
+    # each request's opening (None: it continues one) and its added seconds
+    each = [
+        (opening(LATENCY_CONVERSATIONS + i // args.turns) if i % args.turns == 0 else None, a)
+        for i, a in enumerate(added)
+    ]
     return {
         "requests": args.requests,
         "direct_ms": {"p50": pct(direct, 0.5) * 1000, "p99": pct(direct, 0.99) * 1000},
@@ -356,7 +368,7 @@ async def _latency(args: argparse.Namespace, key: str, upstream_port: int) -> di
         "new_conversation_added_ms_p50": pct(opened, 0.5) * 1000,
         # None: `--turns 1` continues no conversation
         "continued_added_ms_p50": pct(continued, 0.5) * 1000 if continued else None,
-    }
+    }, each
 
 
 async def _first_tokens(
@@ -395,6 +407,38 @@ async def _first_tokens(
         "added_first_token_ms_p50": pct(added, 0.5) * 1000,
         "added_first_token_ms_p50_continued": pct(continued, 0.5) * 1000 if continued else None,
         "added_first_token_ms_p50_new": pct(opened, 0.5) * 1000,
+    }
+
+
+async def _routed_openings(session: Any) -> dict[str, str]:
+    """Each recorded conversation's first message -> the stage that routed it."""
+    rows = await session.execute(
+        text(
+            "SELECT t.messages -> 0 ->> 'content', coalesce(c.route ->> 'mode', '-') "
+            "FROM conversations c JOIN trajectories t ON t.id = c.trajectory_id"
+        )
+    )
+    return {str(first): str(mode) for first, mode in rows}
+
+
+def _by_route(
+    added: list[tuple[str | None, float]], modes: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """Added milliseconds of the one-at-a-time requests by how their conversation was routed
+    (`continued`: a later turn, routed when it opened)."""
+    groups: dict[str, list[float]] = {}
+    for first, seconds in added:
+        route = "continued" if first is None else modes.get(first, "not recorded")
+        groups.setdefault(route, []).append(seconds * 1000)
+    return {
+        route: {
+            "requests": len(own),
+            "share": len(own) / len(added),
+            "p50": pct(own, 0.5),
+            "p90": pct(own, 0.9),
+            "p99": pct(own, 0.99),
+        }
+        for route, own in sorted(groups.items())
     }
 
 
