@@ -366,14 +366,14 @@ SESSION_UNFUSED = ["SkipLayerNormFusion"]
 def _fuse(source: Path, target: Path, config: Any) -> None:
     """The graph at `source` with ONNX Runtime's BERT fusions, written to `target`: each
     layer's attention one operator (its int8 twin one quantised operator), the embeddings'
-    sum and norm one. 73 operators where the export has 567; a short query in 4% to 14% less
-    time with the int8 graph, 3% to 9% with fp32 (`benchmarks/fused_graph.py`,
+    sum and norm one: 97 operators where the export has 567, a short query in 4% to 14% less
+    time with the int8 graph, 3% to 9% with fp32 (session 22, `benchmarks/fused_graph.py`,
     docs/benchmarks.md). Each residual's add and norm stay ONNX's `Add` and
     `LayerNormalization` (`SESSION_UNFUSED` keeps the session from fusing them): ONNX
     Runtime's `SkipLayerNormalization` took 25 us for a query's 14 x 384 values where they
-    take 3, and a query's twelve of them a tenth of its time (session 25). Where the export
-    no longer has the pattern the fusions know (another transformers), the graph stays as it
-    was exported: the same vectors, slower, said in the log."""
+    take 3, and a query's twelve of them a fifth of the int8 graph's time (session 25). Where
+    the export no longer has the pattern the fusions know (another transformers), the graph
+    stays as it was exported: the same vectors, slower, said in the log."""
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
