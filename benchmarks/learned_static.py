@@ -326,7 +326,12 @@ def bars_command(args: argparse.Namespace) -> None:
         if cal["truth"][i] is not None and cal["int8"][i][1] >= THRESHOLD
     ]
     reject = math.floor(min(overruled) * 20) / 20  # the next 0.05 under
-    out: dict[str, Any] = {"learned_accept": accept, "learned_reject": reject}
+    out: dict[str, Any] = {
+        "learned_accept": accept,
+        "learned_reject": reject,
+        "highest_unrelated": max(unrelated),
+        "lowest_overruled": min(overruled),
+    }
     for name, data in scored.items():
         out[name] = _three_stages(data, accept, reject)
         out[name]["requests"] = len(data["truth"])

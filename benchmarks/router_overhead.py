@@ -301,7 +301,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 str(m): int(n)
                 for m, n in await session.execute(select(mode, func.count()).group_by(mode))
             }
-            by_route = _by_route(each, await _routed_openings(session))
+            openings = [first for first, _ in each if first is not None]
+            by_route = _by_route(each, await _routed_openings(session, openings))
     finally:
         await store.close()
         await upstream.close()
@@ -410,15 +411,22 @@ async def _first_tokens(
     }
 
 
-async def _routed_openings(session: Any) -> dict[str, str]:
-    """Each recorded conversation's first message -> the stage that routed it."""
+async def _routed_openings(session: Any, openings: list[str]) -> dict[str, str]:
+    """Each of `openings` (the one-at-a-time phase's) -> the stage that routed its
+    conversation; `mixed` where conversations opened alike were routed apart (a load phase
+    long enough to reach the latency phase's numbers opens them again)."""
     rows = await session.execute(
         text(
             "SELECT t.messages -> 0 ->> 'content', coalesce(c.route ->> 'mode', '-') "
-            "FROM conversations c JOIN trajectories t ON t.id = c.trajectory_id"
-        )
+            "FROM conversations c JOIN trajectories t ON t.id = c.trajectory_id "
+            "WHERE t.messages -> 0 ->> 'content' = ANY(:openings)"
+        ),
+        {"openings": openings},
     )
-    return {str(first): str(mode) for first, mode in rows}
+    modes: dict[str, str] = {}
+    for first, mode in rows:
+        modes[str(first)] = mode if modes.get(str(first), mode) == mode else "mixed"
+    return modes
 
 
 def _by_route(

