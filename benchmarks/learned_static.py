@@ -343,25 +343,30 @@ def bars_command(args: argparse.Namespace) -> None:
 
 def _three_stages(data: dict[str, Any], accept: float, reject: float) -> dict[str, Any]:
     """The static vectors' bars, then the learned table's, then MiniLM's int8 graph: each
-    request's decision against the two-stage cascade's (static, then int8)."""
+    request's decision against the two-stage cascade's (static, then int8) and against
+    the cheap one's (`cascade-learned`: static, then the learned table at the threshold,
+    no model)."""
     from shared.routing.modes import QUICK_CONFIDENCE, QUICK_REJECT
 
     def int8(i: int) -> str | None:
         kind, s = data["int8"][i]
         return kind if s >= THRESHOLD else None
 
-    two, three, by_learned = [], [], 0
+    two, three, cheap, by_learned = [], [], [], 0
     for i, (kind, s) in enumerate(data["static"]):
         if s >= QUICK_CONFIDENCE:
             two.append(kind)
             three.append(kind)
+            cheap.append(kind)
             continue
         if s < QUICK_REJECT:
             two.append(None)
             three.append(None)
+            cheap.append(None)
             continue
         two.append(int8(i))
         learned_kind, ls = data["learned"][i]
+        cheap.append(learned_kind if ls >= THRESHOLD else None)
         if ls >= accept:
             three.append(learned_kind)
             by_learned += 1
@@ -383,6 +388,11 @@ def _three_stages(data: dict[str, Any], accept: float, reject: float) -> dict[st
         "right_kind_three_stages": sum(three[i] == truth[i] for i in labelled),
         "unrelated_to_an_adapter_two_stages": sum(two[i] is not None for i in unrelated),
         "unrelated_to_an_adapter_three_stages": sum(three[i] is not None for i in unrelated),
+        "right_kind_cheap": sum(cheap[i] == truth[i] for i in labelled),
+        "unrelated_to_an_adapter_cheap": sum(cheap[i] is not None for i in unrelated),
+        # requests the cheap cascade decides rightly and the three stages not, and back
+        "cheap_right_three_wrong": sum(cheap[i] == truth[i] != three[i] for i in range(len(truth))),
+        "three_right_cheap_wrong": sum(three[i] == truth[i] != cheap[i] for i in range(len(truth))),
     }
 
 
