@@ -19,7 +19,7 @@ class EvaluatorConfig(ServiceConfig, kw_only=True, frozen=True):
     """How the routed set is scored: embedding similarity to the adapters' profiles, or the
     router learned from the cycle's train-task results (needs `route_tasks` > 0 in the
     cycle's settings; embedding otherwise)."""
-    routing_embedder: EmbedderKind = "cascade-learned-int8"
+    routing_embedder: EmbedderKind = "cascade-learned"
     """The text similarity routing is scored with: keep it the router's (`RETRACE_ROUTER_EMBEDDER`),
     so the routed set evaluated is the one production serves."""
     monitor_interval_s: Annotated[float, msgspec.Meta(ge=0)] = 30.0

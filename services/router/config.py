@@ -20,34 +20,35 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     model's log-probabilities over capability labels), `learned` (the train tasks most like
     the request vote for the configuration that won them in the last promoting cycle;
     embedding until such a cycle exists) or `base` (never routes)."""
-    embedder: EmbedderKind = "cascade-learned-int8"
+    embedder: EmbedderKind = "cascade-learned"
     """The text similarity of the `embedding` mode: `minilm` (the model through ONNX
     Runtime, 3 to 4 ms of one core a query on this project's CPU; PyTorch, 13 to 18 ms,
     where ONNX Runtime is not installed), `minilm-int8` (queries through its ONNX graph
-    with int8 weights, 0.75 ms, against the profiles' MiniLM vectors; on the routing
-    benchmark 56.2% of requests to the right kind against MiniLM's 54.9%, unrelated ones
-    told apart as well), `static` (its token vectors averaged, 0.06 ms; it picks among
-    adapters well but sends many unrelated requests to one, so only where every request
-    belongs to some adapter) or `cascade-int8` / `cascade` (static where its best score is
-    high enough that no unrelated request reached it, or so low that no request of an
-    adapter's kind fell there, `minilm-int8` / `minilm` between: docs/benchmarks.md), or
-    `cascade-distilled` / `distilled` (queries through a 2-layer encoder distilled from
-    MiniLM, `shared.routing.query_encoder`: a third of the int8 graph's time; on the routing
+    with int8 weights against the profiles' MiniLM vectors: 0.75 ms on a fast 2-core
+    machine, 3.5 to 5.7 ms on a slow one; on the routing benchmark 56.2% of requests to the
+    right kind against MiniLM's 54.9%, unrelated ones told apart as well), `static` (its
+    token vectors averaged, 0.06 ms; it picks among adapters well but sends many unrelated
+    requests to one, so only where every request belongs to some adapter) or
+    `cascade-int8` / `cascade` (static where its best score is high enough that no
+    unrelated request reached it, or so low that no request of an adapter's kind fell
+    there, `minilm-int8` / `minilm` between: docs/benchmarks.md), or `cascade-distilled` /
+    `distilled` (queries through a 2-layer encoder distilled from MiniLM,
+    `shared.routing.query_encoder`: a third of the int8 graph's time; on the routing
     benchmark the cascade with it sent 63.0% of requests to the right kind against 67.9%
     with the int8 graph, and 2 of 60 unrelated ones to an adapter against 1), or
-    `cascade-learned` / `learned` (static vectors learned to give MiniLM's, both sides,
-    `shared.routing.learned_table`: the plain static vectors' cost, 0.07 ms, so no model on
-    the request path; on the routing benchmark the cascade with it sent 65.4% of requests
-    to the right kind against 68.5% with the int8 graph, and 3 of 60 unrelated ones to an
-    adapter against 1; the router's rate on a slow 2-core machine 826 to 954 requests/s
-    against 524 to 576, docs/benchmarks.md), or, the default, `cascade-learned-int8` (the
-    static vectors, then the learned table, each where its own bars say it is sure, then
-    `minilm-int8`: the int8 graph's decisions but for 1 of 162 on the routing benchmark's
-    test requests, the graph asked for 13 to 14% of new conversations instead of 58 to 60%
-    on the router benchmark's; docs/benchmarks.md).
-    `learned` mode compares with the MiniLM chosen (static vectors under `static`, the
-    learned table under `cascade-learned` / `learned`).
-    Keep the evaluator's `routing_embedder` equal."""
+    `cascade-learned-int8` (the static vectors, then static vectors learned to give
+    MiniLM's, each where its own bars say it is sure, then `minilm-int8`: MiniLM asked for
+    8 to 11% of the router benchmark's new conversations), or, the default,
+    `cascade-learned` / `learned` (the learned vectors on both sides between the static
+    bars, `shared.routing.learned_table`: no model on the request path). Against
+    `cascade-learned-int8` on the routing benchmark's 428 calibration and check requests
+    the default sent 219 of 329 to the right kind against 220, and 4 of 99 unrelated ones
+    to an adapter against 1; on a slow 2-core machine (MiniLM's graph 3.5 to 5.7 ms a query)
+    the router's added p99 was 2.5 to 4.7 ms against 6.5 to 9.1 (one run of five in a slow
+    spell of the machine: 6.8), its rate 1,244 to 1,347 requests/s against 1,104 to 1,194
+    (docs/benchmarks.md, session 26). `learned` mode compares with the
+    MiniLM chosen (static vectors under `static`, the learned table under `cascade-learned`
+    / `learned`). Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL
     """The model on the inference endpoint that classifies, in `classifier` mode."""
     min_confidence: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5

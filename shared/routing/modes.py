@@ -349,9 +349,9 @@ class Example:
 
 class LearnedRouting:
     """A router learned from evaluation results: the k train tasks most similar to the
-    query (MiniLM cosine) vote, weighted by similarity, for the configuration that won them.
-    Confidence is the winner's share of the votes; the base model wins when it gets the most
-    votes or the confidence is below the threshold."""
+    query (cosine by the embedder it is given) vote, weighted by similarity, for the
+    configuration that won them. Confidence is the winner's share of the votes; the base
+    model wins when it gets the most votes or the confidence is below the threshold."""
 
     name = "learned"
 

@@ -507,3 +507,19 @@ def test_a_router_without_the_embedding_model_routes_nothing_and_says_so(
     monkeypatch.setattr(embeddings, "available", lambda: False)
     assert isinstance(RouterApp(RouterConfig(mode="embedding")).mode, BaseOnly)
     assert isinstance(RouterApp(RouterConfig(mode="learned")).mode, BaseOnly)
+
+
+def test_the_router_and_the_evaluator_route_alike_by_default() -> None:
+    """The evaluator scores the routed set as the router will serve it: their default
+    embedders must be one, and the default puts no model on the request path (the router's
+    added p99 on a 2-core machine, docs/benchmarks.md session 26)."""
+    from services.evaluator.config import EvaluatorConfig
+    from services.router.config import RouterConfig
+    from shared import embeddings
+    from shared.routing.modes import embedding_routing
+
+    kind = RouterConfig().embedder
+    assert EvaluatorConfig().routing_embedder == kind
+    routing = embedding_routing(kind, RouterConfig().min_confidence)
+    used = [routing.embedder, routing.profiles, *(s.embedder for s, *_ in routing._stages)]
+    assert not any(isinstance(e, embeddings.OnnxMiniLM | embeddings.MiniLM) for e in used)
