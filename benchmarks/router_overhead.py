@@ -8,8 +8,9 @@ The endpoint is an instant fake (it answers a fixed reply at once), so the diffe
 router's own cost. The router runs as its own processes (`python -m services.router`, one or
 `--routers` sharing the port), on real Postgres (the local server) and NATS, routing over two
 adapters whose profiles are a definition and six diagnosed requests each, by default with the
-router's embedder (`cascade-learned-int8`: MiniLM's static vectors where they are sure, then
-the learned static table where it is, MiniLM's int8 graph elsewhere).
+router's embedder (`cascade-learned`: MiniLM's static vectors where they are sure, the
+learned static table elsewhere; `--embedder cascade-learned-int8` asks MiniLM's int8 graph
+where the table is unsure).
 Half the requests open a new conversation (routed: an alarm or a wake-up call for one adapter,
 a currency conversion for the other, the weather for neither; each worded afresh), half
 continue one (found in the router's memory, else by the conversation hash in the store).
@@ -17,11 +18,13 @@ continue one (found in the router's memory, else by the conversation hash in the
 requests, each user turn 1 kB, so most requests carry a long history.
 
 Then the sustained rate, side by side in the same run: a load generator in its own process
-(`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix)
-against the endpoint directly, then through the router. Afterwards the turns the router
-wrote are counted against those it answered, and how each new conversation was routed; the
-one-at-a-time phase's added latency is also given by how its new conversations were routed
-(`added_ms_by_route`: which stage decided, so what a p99 is made of).
+(`--concurrency` clients in a closed loop for `--duration` seconds, the same request mix;
+`benchmarks.lean_http`'s client, or `--load-client aiohttp` as before session 26, which
+took a fifth of the cores' time itself) against the endpoint directly, then through the
+router. Afterwards the turns the router wrote are counted against those it answered, and how
+each new conversation was routed; the one-at-a-time phase's added latency is also given by
+how its new conversations were routed (`added_ms_by_route`: which stage decided, so what a
+p99 is made of).
 """
 
 from __future__ import annotations
