@@ -62,16 +62,30 @@ def _stop(up: subprocess.Popen[str]) -> None:
 
 
 def free_offset(first: int) -> int:
-    """A port offset from `first` on whose ports nothing listens, among this xdist worker's
+    """A port offset from `first` on whose ports nothing is bound, among this xdist worker's
     own. Offsets are multiples of 37 (no two services' ports are 37, 74 or 111 apart, so two
     offsets' ports never meet), and worker k of n takes those whose multiple is k modulo n:
     two tests starting at once on two workers never pick the same ports (they did: a test
     then talked to the other's services, "unknown or revoked API key", or its `up` could not
-    bind them)."""
+    bind them). Every port stays under the kernel's ephemeral range: a port in it can be the
+    local end of any outgoing connection by the time `up` binds it (contrast's port was, in
+    session 26's CI run, and `up` gave up on it). Past the top of the room under that range
+    the search goes on from the bottom."""
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    steps = range(-(-first // 37), 45_000 // 37)
+    top = (ephemeral_start() - max(*SERVICES.values(), MODEL_PORT)) // 37  # offsets 37 * k below
+    start = max(1, -(-first // 37) % top)
+    steps = [*range(start, top), *range(1, start)]
     return next(37 * k for k in steps if k % workers == worker and _ports_free(37 * k))
+
+
+def ephemeral_start() -> int:
+    """The first port of the kernel's range for outgoing connections' local ends (Linux's
+    default where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def converted_first(model: str) -> None:
@@ -82,11 +96,30 @@ def converted_first(model: str) -> None:
 
 
 def _ports_free(offset: int) -> bool:
+    """Whether each of the services' ports plus `offset` can be bound as `up` binds it (a
+    listener or a connection's local end on it says no)."""
     for port in [*SERVICES.values(), MODEL_PORT]:
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port + offset)) == 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port + offset))
+            except OSError:
                 return False
     return True
+
+
+def test_free_offsets_stay_under_the_ephemeral_range_and_skip_bound_ports() -> None:
+    """Contrast could not bind its port in a CI run: the offset put it among the ports the
+    kernel gives outgoing connections, and one took it."""
+    ports = [*SERVICES.values(), MODEL_PORT]
+    for first in (20_000, 24_000, 25_000, 26_000, 27_000, 28_000, 40_000):
+        offset = free_offset(first)
+        assert max(ports) + offset < ephemeral_start()
+    taken = free_offset(27_000)
+    with socket.socket() as held:  # an outgoing connection's local end, as it were
+        held.bind(("127.0.0.1", min(ports) + taken))
+        moved = free_offset(27_000)
+    assert moved != taken and _ports_free(moved)
 
 
 @pytest.fixture
