@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 
 def canonical(message: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content") or ""}
@@ -127,6 +129,20 @@ class Known:
     turns: int
 
 
+_Entry = tuple[bytes, bytes | None, bytes | None, bytes, str, int]
+"""What `Recent` keeps of a conversation: its agent's, key's and adapter's ids (16 bytes
+each), its route (JSON), its tip and its turns."""
+
+
+def _raw(ident: uuid.UUID | None) -> bytes | None:
+    return ident.bytes if ident is not None else None
+
+
+IDS_KEPT = 4096
+"""Agent, key and adapter ids `Recent` keeps as objects, so that a conversation found does
+not make them again (a few per tenant; forgotten all at once past this)."""
+
+
 class Recent:
     """The conversations this process answered last, newest kept (LRU, `size` of them), so
     that the next turn of one is found without reading the store, and a turn that another
@@ -135,12 +151,30 @@ class Recent:
     Memory answers only when it holds a request's longest candidate tip (or its named
     conversation at that tip): anything else, such as a turn another router process
     answered, is looked up in the store as before, and the store's own check at record time
-    still branches a turn whose conversation moved on meanwhile."""
+    still branches a turn whose conversation moved on meanwhile.
+
+    Each conversation is kept as bytes, text and numbers only, which the garbage collector
+    does not track: as `Known` objects (their ids, routes and index keys) 100,000 of them
+    were half a million objects that each full collection walked while every request in
+    flight waited (51 to 84 ms with 26,000 kept, docs/benchmarks.md session 26). `find`
+    gives a `Known` made afresh from what is kept."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._by_id: OrderedDict[uuid.UUID, Known] = OrderedDict()
-        self._by_tip: dict[tuple[uuid.UUID, uuid.UUID | None, str], uuid.UUID] = {}
+        self._by_id: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._by_tip: dict[tuple[bytes, bytes | None, str], bytes] = {}
+        self._ids: dict[bytes, uuid.UUID] = {}
+        """Agents', keys' and adapters' ids by their bytes (`IDS_KEPT`)."""
+
+    def _uuid(self, raw: bytes | None) -> uuid.UUID | None:
+        if raw is None:
+            return None
+        ident = self._ids.get(raw)
+        if ident is None:
+            if len(self._ids) >= IDS_KEPT:
+                self._ids.clear()
+            ident = self._ids[raw] = uuid.UUID(bytes=raw)
+        return ident
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -157,48 +191,74 @@ class Recent:
         longest candidate; in both cases at that very tip."""
         if longest is None or self.size == 0:
             return None
+        agent = agent_id.bytes
         if named is not None:
-            found = self._by_id.get(named)
-            if found is None or found.agent_id != agent_id or found.tip != longest:
+            ident: bytes | None = named.bytes
+            entry = self._by_id.get(named.bytes)
+            if entry is None or entry[0] != agent or entry[4] != longest:
                 return None
         else:
-            ident = self._by_tip.get((agent_id, api_key_id, longest))
-            found = self._by_id.get(ident) if ident is not None else None
-        if found is not None:
-            self._by_id.move_to_end(found.id)
-        return found
+            ident = self._by_tip.get((agent, _raw(api_key_id), longest))
+            entry = self._by_id.get(ident) if ident is not None else None
+        if entry is None or ident is None:
+            return None
+        self._by_id.move_to_end(ident)
+        _, key, adapter, route, tip, turns = entry
+        return Known(
+            uuid.UUID(bytes=ident),
+            agent_id,
+            api_key_id if named is None else self._uuid(key),  # the tip's key is the caller's
+            self._uuid(adapter),
+            msgspec.json.decode(route),
+            tip,
+            turns,
+        )
 
     def remember(self, known: Known) -> Known:
         """Keep `known` (replacing what memory had of that conversation)."""
         if self.size == 0:
             return known
-        old = self._by_id.pop(known.id, None)
+        ident = known.id.bytes
+        old = self._by_id.pop(ident, None)
         if old is not None:
-            self._unindex(old)
-        self._by_id[known.id] = known
-        self._index(known)
+            self._unindex(ident, old)
+        entry: _Entry = (
+            known.agent_id.bytes,
+            _raw(known.api_key_id),
+            _raw(known.adapter_id),
+            msgspec.json.encode(known.route),
+            known.tip,
+            known.turns,
+        )
+        self._by_id[ident] = entry
+        self._index(ident, entry)
         while len(self._by_id) > self.size:
-            _, evicted = self._by_id.popitem(last=False)
-            self._unindex(evicted)
+            evicted, gone = self._by_id.popitem(last=False)
+            self._unindex(evicted, gone)
         return known
 
     def answered(self, known: Known, found_tip: str, new_tip: str) -> Known | None:
         """Move `known` on to `new_tip` after a reply to the turn that found it at
-        `found_tip`; None when another turn of it was answered since (the caller branches)."""
-        if known.tip != found_tip:
+        `found_tip`; None when another turn of it was answered since (the caller branches):
+        memory's own tip says so where it still keeps the conversation, else `known`'s."""
+        ident = known.id.bytes
+        entry = self._by_id.get(ident)
+        if (entry[4] if entry is not None else known.tip) != found_tip:
             return None
-        self._unindex(known)
         known.tip = new_tip
         known.turns += 1
-        if self._by_id.get(known.id) is known:
-            self._index(known)
+        if entry is not None:
+            self._unindex(ident, entry)
+            moved = (*entry[:4], new_tip, known.turns)
+            self._by_id[ident] = moved
+            self._index(ident, moved)
         return known
 
-    def _index(self, known: Known) -> None:
-        if known.tip:
-            self._by_tip[(known.agent_id, known.api_key_id, known.tip)] = known.id
+    def _index(self, ident: bytes, entry: _Entry) -> None:
+        if entry[4]:
+            self._by_tip[(entry[0], entry[1], entry[4])] = ident
 
-    def _unindex(self, known: Known) -> None:
-        key = (known.agent_id, known.api_key_id, known.tip)
-        if self._by_tip.get(key) == known.id:
+    def _unindex(self, ident: bytes, entry: _Entry) -> None:
+        key = (entry[0], entry[1], entry[4])
+        if self._by_tip.get(key) == ident:
             del self._by_tip[key]
