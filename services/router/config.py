@@ -44,9 +44,9 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     `cascade-learned-int8` on the routing benchmark's 428 calibration and check requests
     the default sent 219 of 329 to the right kind against 220, and 4 of 99 unrelated ones
     to an adapter against 1; on a slow 2-core machine (MiniLM's graph 3.5 to 5.7 ms a query)
-    the router's added p99 was 2.5 to 4.7 ms against 6.5 to 9.1 (one run of five in a slow
-    spell of the machine: 6.8), its rate 1,244 to 1,347 requests/s against 1,104 to 1,194
-    (docs/benchmarks.md, session 26). `learned` mode compares with the
+    the router's added p99 was 5 ms or less in 8 runs of 11 (5.3 to 6.8 in the machine's
+    slow spells) against none of 9 (6.5 to 9.1 ms), its rate 1,244 to 1,347 requests/s
+    against 1,104 to 1,194 (docs/benchmarks.md, session 26). `learned` mode compares with the
     MiniLM chosen (static vectors under `static`, the learned table under `cascade-learned`
     / `learned`). Keep the evaluator's `routing_embedder` equal."""
     classifier_model: str = DEFAULT_AGENT_MODEL

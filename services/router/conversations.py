@@ -156,7 +156,7 @@ class Recent:
     Each conversation is kept as bytes, text and numbers only, which the garbage collector
     does not track: as `Known` objects (their ids, routes and index keys) 100,000 of them
     were half a million objects that each full collection walked while every request in
-    flight waited (51 to 84 ms with 26,000 kept, docs/benchmarks.md session 26). `find`
+    flight waited (72 ms at most with 26,000 kept, docs/benchmarks.md session 26). `find`
     gives a `Known` made afresh from what is kept."""
 
     def __init__(self, size: int) -> None:
@@ -192,15 +192,13 @@ class Recent:
         if longest is None or self.size == 0:
             return None
         agent = agent_id.bytes
-        if named is not None:
-            ident: bytes | None = named.bytes
-            entry = self._by_id.get(named.bytes)
-            if entry is None or entry[0] != agent or entry[4] != longest:
-                return None
-        else:
-            ident = self._by_tip.get((agent, _raw(api_key_id), longest))
-            entry = self._by_id.get(ident) if ident is not None else None
-        if entry is None or ident is None:
+        ident = (
+            named.bytes
+            if named is not None
+            else self._by_tip.get((agent, _raw(api_key_id), longest))
+        )
+        entry = self._by_id.get(ident) if ident is not None else None
+        if ident is None or entry is None or entry[0] != agent or entry[4] != longest:
             return None
         self._by_id.move_to_end(ident)
         _, key, adapter, route, tip, turns = entry

@@ -87,7 +87,7 @@ def test_the_tip_index_always_names_a_kept_conversation_at_that_tip(
 
 def test_what_it_keeps_is_nothing_the_garbage_collector_walks() -> None:
     """Its conversations were `Known` objects, ids and index keys the collector tracked:
-    each full collection walked them all, every request in flight waiting (51 to 84 ms in a
+    each full collection walked them all, every request in flight waiting (up to 72 ms in a
     router that kept 26,000, session 26)."""
     recent = Recent(10_000)
     agents = [uuid.uuid4() for _ in range(3)]
