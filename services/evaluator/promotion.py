@@ -171,11 +171,11 @@ async def _router(
         for name, request_id in evaluation.route_requests.items()
     }
     examples = learn_examples(route_outcomes, route_openings)
-    if learned and examples and embeddings.available():
-        # the similarity the embedding mode uses (the router's own, see EvaluatorConfig)
-        embedder = mode.exact if isinstance(mode, EmbeddingRouting) else None
+    # the similarity the embedding mode uses (the router's own, see EvaluatorConfig)
+    exact = mode.exact if isinstance(mode, EmbeddingRouting) else None
+    if learned and examples and (exact is not None or embeddings.available()):
         return (
-            LearnedRouting(embedder or embeddings.default_embedder(), examples, min_confidence),
+            LearnedRouting(exact or embeddings.default_embedder(), examples, min_confidence),
             examples,
         )
     return mode, examples

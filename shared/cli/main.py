@@ -32,6 +32,7 @@ from shared.cli.envs import env
 from shared.cli.failures import unreachable
 from shared.cli.improve import improve, report
 from shared.cli.rollout import rollout
+from shared.cli.routing import routing_pack
 from shared.cli.serve import model_gate, serve_model
 from shared.cli.status import Report, collect
 from shared.cli.supervisor import MODEL, MODEL_PORT, Supervisor, child_env
@@ -307,6 +308,7 @@ for command in (
     tenant,
     agent,
     env,
+    routing_pack,
     cancel_command,
 ):
     cli.add_command(command)

