@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,10 @@ from shared.store.agents import create_agent
 from shared.store.migrate import upgrade_async
 from shared.store.models import Adapter, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key
+
+Messages = list[dict[str, str]]
+Post = Callable[[Any], Awaitable[int]]
+"""Sends one prepared request; its HTTP status (0: no answer)."""
 
 REPLY = {
     "id": "x",
@@ -552,46 +557,59 @@ async def load(
     latencies: list[float] = []
     deadline = time.perf_counter() + duration
 
-    async def lean(n: int) -> None:
+    async def run(n: int, prepare: Callable[[Messages], Any], post: Post) -> None:
+        """One client: its conversations, each request's body prepared untimed, then sent."""
         nonlocal done, failed
-        http = LeanClient(url, headers)
         i = 0
         while time.perf_counter() < deadline:
-            messages = conversation(n + concurrency * (i // turns), i % turns, follow_up_bytes)
-            body = msgspec.json.encode({"model": "bot", "messages": messages})
+            request = prepare(
+                conversation(n + concurrency * (i // turns), i % turns, follow_up_bytes)
+            )
             started = time.perf_counter()
-            try:
-                status, _ = await http.post(body)
-            except (HttpError, OSError):
-                status = 0
+            status = await post(request)
             latencies.append(time.perf_counter() - started)
             done += status == 200
             failed += status != 200
             i += 1
-        http.close()
 
-    async def session(n: int, http: aiohttp.ClientSession) -> None:
-        nonlocal done, failed
-        i = 0
-        while time.perf_counter() < deadline:
-            messages = conversation(n + concurrency * (i // turns), i % turns, follow_up_bytes)
-            started = time.perf_counter()
-            async with http.post(
-                url, json={"model": "bot", "messages": messages}, headers=headers
-            ) as r:
+    def lean_post(http: LeanClient) -> Post:
+        async def post(body: bytes) -> int:
+            try:
+                status, _ = await http.post(body)
+            except (HttpError, OSError):
+                return 0
+            return status
+
+        return post
+
+    def session_post(http: aiohttp.ClientSession) -> Post:
+        async def post(payload: dict[str, Any]) -> int:
+            async with http.post(url, json=payload, headers=headers) as r:  # encodes it
                 await r.read()
-                ok = r.status == 200
-            latencies.append(time.perf_counter() - started)
-            done += ok
-            failed += not ok
-            i += 1
+                return r.status
+
+        return post
 
     started, cpu = time.perf_counter(), time.process_time()
     if client == "lean":
-        await asyncio.gather(*(lean(n) for n in range(concurrency)))
+        clients = [LeanClient(url, headers) for _ in range(concurrency)]
+        encode = msgspec.json.encode
+        await asyncio.gather(
+            *(
+                run(n, lambda m: encode({"model": "bot", "messages": m}), lean_post(one))
+                for n, one in enumerate(clients)
+            )
+        )
+        for one in clients:
+            one.close()
     else:
-        async with aiohttp.ClientSession() as http:
-            await asyncio.gather(*(session(n, http) for n in range(concurrency)))
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(
+                *(
+                    run(n, lambda m: {"model": "bot", "messages": m}, session_post(session))
+                    for n in range(concurrency)
+                )
+            )
     wall = time.perf_counter() - started
     return {
         "cpu_s": time.process_time() - cpu,

@@ -124,3 +124,32 @@ def test_any_reply_head_gives_its_status_and_length(
 def test_a_head_it_cannot_read_is_named(head: bytes, message: str) -> None:
     with pytest.raises(HttpError, match=message):
         _head(head)
+
+
+@pytest.mark.parametrize("client", ["lean", "aiohttp"])
+async def test_the_load_generator_counts_what_the_server_answered(client: str) -> None:
+    """`router_overhead.load` with either client: each request a conversation's turn with the
+    key, every answer counted once, a refused one as failed."""
+    from benchmarks.router_overhead import load
+
+    bodies: list[dict[str, object]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer k"
+        body = await request.json()
+        bodies.append(body)
+        status = 503 if len(bodies) % 5 == 0 else 200
+        return web.json_response({"ok": True}, status=status)
+
+    server = await _server(answer)
+    try:
+        got = await load(
+            f"http://127.0.0.1:{server.port}/v1/chat", "k", 3, 0.3, turns=2, client=client
+        )
+    finally:
+        await server.close()
+    assert got["requests"] + got["failed"] == len(bodies) > 10
+    assert got["failed"] == len(bodies) // 5
+    assert {b["model"] for b in bodies} == {"bot"}
+    turns = [len(b["messages"]) for b in bodies]  # type: ignore[arg-type]
+    assert min(turns) < max(turns)  # openings and continued turns both sent
