@@ -10,8 +10,9 @@ file and the version of the model package they came from (the learned rows name 
 they were trained against). So an install without PyTorch, such as compose's image, routes
 as a full one does, by the same vectors.
 
-The files are checked when a pack is opened (the manifest's fields, the table's shape, type
-and SHA-256): a pack copied in part or from another model is refused with what is wrong.
+The files are checked when a pack is opened (the manifest's fields, the table's shape and
+type, each file's SHA-256): a pack copied in part or from another model is refused with what
+is wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -41,10 +42,11 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     teacher: str
     """The model package the table was built from (`shared.embeddings.PACKAGE`)."""
     teacher_version: str
-    rows: int
+    rows: Annotated[int, msgspec.Meta(ge=1)]
     """The table's rows: the tokenizer's vocabulary."""
-    dim: int
-    table_sha256: str
+    dim: Annotated[int, msgspec.Meta(ge=1)]
+    table_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    tokenizer_sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,9 @@ def open_pack(path: Path) -> Pack:
         raise ConfigError(
             f"{where}: {TABLE} is {shape} {dtype}, the manifest says {expected} <f4 (float32)"
         )
-    if _sha256(pack.table) != manifest.table_sha256:
-        raise ConfigError(f"{where}: {TABLE} is not the table the manifest names (SHA-256)")
+    for name, digest in ((TABLE, manifest.table_sha256), (TOKENIZER, manifest.tokenizer_sha256)):
+        if _sha256(path / name) != digest:
+            raise ConfigError(f"{where}: {name} is not the file the manifest names (SHA-256)")
     return pack
 
 
@@ -139,6 +142,7 @@ def build(dest: Path) -> Pack:
         rows=rows,
         dim=dim,
         table_sha256=_sha256(dest / TABLE),
+        tokenizer_sha256=_sha256(dest / TOKENIZER),
     )
     partial = dest / f".{MANIFEST}.partial"
     partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))

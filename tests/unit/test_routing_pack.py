@@ -35,6 +35,7 @@ def write_pack(path: Path, table: Any = None, **manifest: Any) -> Path:
         "rows": 4,
         "dim": 3,
         "table_sha256": hashlib.sha256((path / TABLE).read_bytes()).hexdigest(),
+        "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
     } | manifest
     (path / MANIFEST).write_text(json.dumps(fields))
     return path
@@ -66,7 +67,10 @@ def test_a_whole_pack_opens_with_its_manifest(tmp_path: Path) -> None:
         (lambda p: write_pack(p, teacher="other-model"), "built from 'other-model'"),
         (lambda p: write_pack(p, format=2), "not a routing pack's manifest"),
         (lambda p: write_pack(p, extra=1), "not a routing pack's manifest"),
-        (lambda p: write_pack(p, table_sha256="0" * 64), "SHA-256"),
+        (lambda p: write_pack(p, table_sha256="0" * 64), "static-table.npy is not the file"),
+        (lambda p: (p / TOKENIZER).write_text("{ }"), "tokenizer.json is not the file"),
+        (lambda p: write_pack(p, table_sha256="0" * 63), "not a routing pack's manifest"),
+        (lambda p: write_pack(p, rows=0), "not a routing pack's manifest"),
     ],
 )
 def test_a_spoilt_pack_is_refused_saying_what_is_wrong(
