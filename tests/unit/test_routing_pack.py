@@ -71,6 +71,8 @@ def test_a_whole_pack_opens_with_its_manifest(tmp_path: Path) -> None:
         (lambda p: (p / TOKENIZER).write_text("{ }"), "tokenizer.json is not the file"),
         (lambda p: write_pack(p, table_sha256="0" * 63), "not a routing pack's manifest"),
         (lambda p: write_pack(p, rows=0), "not a routing pack's manifest"),
+        (lambda p: ((p / MANIFEST).unlink(), (p / MANIFEST).mkdir()), "cannot read pack.json"),
+        (lambda p: ((p / TABLE).unlink(), (p / TABLE).mkdir()), "static-table.npy is missing"),
     ],
 )
 def test_a_spoilt_pack_is_refused_saying_what_is_wrong(
@@ -123,6 +125,16 @@ def test_the_environment_names_the_pack_and_a_bad_one_stops_routing_s_start(
     monkeypatch.setenv(pack.ENV, str(tmp_path / "absent"))
     with pytest.raises(ConfigError, match="no such directory"):
         pack.configured()
+
+
+def test_a_bad_pack_stops_routing_s_start_model_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_pack(tmp_path / "p", table_sha256="0" * 64)
+    monkeypatch.setenv(pack.ENV, str(path))
+    for kind in ("cascade-learned", "minilm"):
+        with pytest.raises(ConfigError, match=r"static-table\.npy is not the file"):
+            embeddings.routable(kind)
 
 
 def test_a_pack_is_not_written_over_other_files(tmp_path: Path) -> None:
