@@ -782,7 +782,9 @@ def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> w
     if status == 429:
         return error(503, "the inference endpoint is busy; try again", headers=_on_error(headers))
     if status >= 500 or status < 400 or status in (401, 403):
-        log.warning("inference endpoint failed", status=status, error=message[:2000])
+        # its text may echo the request (vLLM's do): user content, so at debug only
+        log.warning("inference endpoint failed", status=status, error_type=kind)
+        log.debug("inference endpoint failure text", status=status, text=message[:2000])
         return error(
             502,
             f"the inference endpoint failed (HTTP {status})",

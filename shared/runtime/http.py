@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 
@@ -56,6 +57,14 @@ def build_app(
     async def prometheus(request: web.Request) -> web.Response:
         if metrics_key is not None and not carries_key(request, metrics_key):
             return openai_error(401, "/metrics needs its key", "authentication_error")
+        if metrics_key is None and not _local(request.remote):
+            # the router's metrics name tenants' adapters: not for anyone who reaches the port
+            return openai_error(
+                403,
+                "/metrics without a key is for this machine only: set "
+                "RETRACE_HTTP_METRICS_KEY to read it from elsewhere",
+                "permission_error",
+            )
         return web.Response(
             body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
@@ -65,6 +74,19 @@ def build_app(
     if routes is not None:
         routes(app)
     return app
+
+
+def _local(remote: str | None) -> bool:
+    """Whether a peer is this machine: a loopback address, or a Unix socket (no address)."""
+    if not remote:
+        return True
+    try:
+        address = ipaddress.ip_address(remote.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 async def listen(

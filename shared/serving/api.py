@@ -315,7 +315,10 @@ class ModelServer:
                 400, "serve-model does not stream /v1/completions; stream /v1/chat/completions"
             )
         adapter = self._adapter_for(req.model)
-        prompt_ids = self._prompt_ids(req.prompt)
+        # off the event loop, as chat prompts are: a 4 MiB prompt takes seconds to tokenize
+        prompt_ids = await asyncio.get_running_loop().run_in_executor(
+            self._prompt_thread, self._prompt_ids, req.prompt
+        )
         stop_ids = tuple(req.stop_token_ids or ())
         self._check_ids(list(stop_ids), "stop_token_ids")
         for name, value, neutral in (

@@ -8,6 +8,7 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from services.router.handlers import _upstream_refusal
 
@@ -49,3 +50,14 @@ def test_a_4xx_keeps_its_message_and_a_5xx_keeps_its_details_to_itself() -> None
     body = json.loads(bytes(resp.body))  # type: ignore[arg-type]
     assert resp.status == 502 and "secret" not in body["error"]["message"]
     assert body["error"]["type"] == "upstream_error"
+
+
+def test_the_endpoint_s_failure_text_is_logged_at_debug_only() -> None:
+    """It may echo the request (vLLM's errors do): user content stays out of warnings."""
+    echo = json.dumps({"error": {"message": "bad input: my card is 4111 1111", "type": "X"}})
+    with capture_logs() as logs:
+        _upstream_refusal(500, echo.encode(), {})
+    [warning] = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["status"] == 500 and "4111" not in str(warning)
+    [debug] = [e for e in logs if e["log_level"] == "debug"]
+    assert "4111" in debug["text"]

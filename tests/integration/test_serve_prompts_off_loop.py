@@ -1,0 +1,63 @@
+"""The model server tokenizes prompts on its prompt thread, never on the event loop that
+answers health checks and other requests (issue 14: one 20 MB request held the loop 47 s)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="the model server needs the train extra")
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from shared.serving.engine import Engine
+from shared.serving.server import ServeConfig, load
+from tests.support.tiny_model import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Engine]]:
+    model = Path(save_tiny_model(tmp_path_factory.mktemp("tiny-model")))
+    server, engine = load(ServeConfig(model=str(model), max_batch=1, batch_window_ms=1))
+    engine.start()
+    yield server, engine
+    engine.stop()
+
+
+class ThreadNoting:
+    """The real tokenizer, noting the thread of each call."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.threads: list[str] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads.append(threading.current_thread().name)
+        return self.real(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/completions", {"prompt": "Tell me a story about a lighthouse"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi there"}]}),
+    ],
+)
+async def test_prompts_are_tokenized_off_the_event_loop(
+    served: tuple[Any, Engine], monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]
+) -> None:
+    server, _ = served
+    noting = ThreadNoting(server.prompts.tokenizer)
+    monkeypatch.setattr(server.prompts, "tokenizer", noting)
+    async with TestClient(TestServer(server.app())) as c:
+        r = await c.post(path, json={"model": server.served_name, "max_tokens": 2, **body})
+        assert r.status == 200, await r.text()
+    assert noting.threads, "the tokenizer was not called"
+    assert all(name.startswith("prompts") for name in noting.threads), noting.threads
