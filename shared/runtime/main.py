@@ -25,7 +25,12 @@ def run_service(name: str, config_cls: type[C], build: Callable[[C], Service]) -
         sys.exit(2)
     configure_logging(cfg.log.level, cfg.log.format, service=name)
     try:
-        code = asyncio.run(build(cfg).run(freeze_start_up=True))
+        service = build(cfg)
+    except ConfigError as exc:  # what the settings name is unusable (a routing pack, say)
+        get_logger(name).error("configuration rejected", error=str(exc))
+        sys.exit(2)
+    try:
+        code = asyncio.run(service.run(freeze_start_up=True))
     except EmbeddedServerError as exc:
         get_logger(name).error("embedded server failed", error=str(exc))
         code = 1

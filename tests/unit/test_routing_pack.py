@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +154,24 @@ def test_the_cli_checks_a_pack_and_names_a_bad_one(tmp_path: Path) -> None:
     (tmp_path / "p" / TOKENIZER).unlink()
     bad = CliRunner().invoke(routing_pack, ["check", str(tmp_path / "p")])
     assert bad.exit_code == 1 and "tokenizer.json is missing" in bad.output
+
+
+@pytest.mark.parametrize("service", ["router", "evaluator"])
+def test_a_service_named_a_bad_pack_does_not_start_and_says_why(
+    tmp_path: Path, service: str
+) -> None:
+    """The real service process: refused at start with the pack's defect, exit code 2 (a
+    rejected configuration), not a traceback after it began to serve."""
+    env = {**os.environ, pack.ENV: str(tmp_path / "absent"), "RETRACE_LOG_FORMAT": "json"}
+    done = subprocess.run(
+        [sys.executable, "-m", f"services.{service}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said[-2000:]
+    assert "configuration rejected" in said and "no such directory" in said
+    assert "Traceback" not in said
