@@ -4,7 +4,6 @@ model-gate`, its rules in front of vLLM."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from shared.cli.context import load_settings
 from shared.errors import ConfigError
 from shared.logging import configure_logging
 from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
+from shared.runtime.http import loopback
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 
 UNSET_KEY = "EMPTY"
@@ -199,20 +199,10 @@ def model_gate(
 def _key_for(host: str, api_key: str | None) -> str | None:
     """The key a model server on `host` requires; none only on a loopback address."""
     keyed = bool(api_key) and api_key != UNSET_KEY
-    if not keyed and not _loopback(host):
+    if not keyed and not loopback(host):
         raise click.UsageError(
             f"refusing to serve on {host} without a key: whoever reaches that address could "
             "chat with every tenant's adapters and change them. Set --api-key "
             "(RETRACE_MODEL_API_KEY), or serve on 127.0.0.1."
         )
     return api_key if keyed else None
-
-
-def _loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: assume it is reachable from elsewhere
-        return False

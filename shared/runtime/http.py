@@ -76,17 +76,30 @@ def build_app(
     return app
 
 
-def _local(remote: str | None) -> bool:
-    """Whether a peer is this machine: a loopback address, or a Unix socket (no address)."""
-    if not remote:
+def loopback(host: str) -> bool:
+    """Whether `host` (an address or `localhost`) is reachable from this machine only; a
+    host name is taken to be reachable from elsewhere."""
+    if host == "localhost":
         return True
     try:
-        address = ipaddress.ip_address(remote.split("%", 1)[0])
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+
+
+def _local(remote: str | None) -> bool:
+    """Whether a peer is this machine: a loopback address (an IPv4 one inside IPv6 too), or
+    a Unix socket (no address)."""
+    if not remote:
+        return True
+    address = remote.split("%", 1)[0]  # a link-local peer's zone
+    try:
+        mapped = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+        address = str(mapped.ipv4_mapped)
+    return address != "localhost" and loopback(address)
 
 
 async def listen(

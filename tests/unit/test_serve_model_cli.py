@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from shared.cli.serve import _loopback, serve_model
+from shared.cli.serve import serve_model
+from shared.runtime.http import loopback
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "model.internal"])
@@ -21,4 +22,4 @@ def test_no_key_on_an_address_others_reach(host: str, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(("host", "local"), [("127.0.0.1", True), ("::1", True),
                                              ("localhost", True), ("0.0.0.0", False)])  # fmt: skip
 def test_loopback_addresses(host: str, local: bool) -> None:
-    assert _loopback(host) is local
+    assert loopback(host) is local
