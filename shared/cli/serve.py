@@ -44,6 +44,22 @@ _ACCESS_OPTIONS = [
         "services send it from this variable; `retrace up` generates one). Unset: --api-key does.",
     ),
     click.option(
+        "--api-key-file",
+        envvar="RETRACE_MODEL_API_KEY_FILE",
+        default=None,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A file of keys accepted as --api-key is, one per line (# comments), read again "
+        "when it changes or on SIGHUP: add the new key, move the callers, delete the old line "
+        "(docs/serving.md, rotating keys).",
+    ),
+    click.option(
+        "--admin-key-file",
+        envvar="RETRACE_MODEL_ADMIN_KEY_FILE",
+        default=None,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A file of admin keys, as --api-key-file.",
+    ),
+    click.option(
         "--adapter-dir",
         "adapter_dirs",
         multiple=True,
@@ -111,6 +127,8 @@ def serve_model(
     threads: int | None,
     api_key: str | None,
     admin_key: str | None,
+    api_key_file: Path | None,
+    admin_key_file: Path | None,
     adapter_dirs: tuple[Path, ...],
     idle_timeout: float,
     body_timeout: float,
@@ -124,7 +142,8 @@ def serve_model(
         ) from exc
     cfg = load_settings()
     configure_logging(cfg.log.level, cfg.log.format)
-    api_key = _key_for(host, api_key)
+    api_key = _key_for(host, api_key, api_key_file)
+    _check_key_files(api_key_file, admin_key_file)  # before minutes of model loading
     serve_cfg = ServeConfig(
         model=model,
         served_name=served_name,
@@ -136,6 +155,8 @@ def serve_model(
         threads=threads,
         api_key=api_key,
         admin_key=admin_key or None,
+        api_key_file=api_key_file,
+        admin_key_file=admin_key_file,
         adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
         idle_timeout_s=idle_timeout,
         body_timeout_s=body_timeout,
@@ -169,6 +190,8 @@ def model_gate(
     port: int,
     api_key: str | None,
     admin_key: str | None,
+    api_key_file: Path | None,
+    admin_key_file: Path | None,
     adapter_dirs: tuple[Path, ...],
     idle_timeout: float,
     body_timeout: float,
@@ -187,22 +210,40 @@ def model_gate(
         upstream_key=upstream_key or None,
         host=host,
         port=port,
-        api_key=_key_for(host, api_key),
+        api_key=_key_for(host, api_key, api_key_file),
         admin_key=admin_key or None,
+        api_key_file=api_key_file,
+        admin_key_file=admin_key_file,
         adapter_dirs=adapter_dirs or (cfg.storage.artifact_path,),
         idle_timeout_s=idle_timeout,
         body_timeout_s=body_timeout,
     )
-    asyncio.run(serve_gate(gate_cfg))
+    try:
+        asyncio.run(serve_gate(gate_cfg))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
-def _key_for(host: str, api_key: str | None) -> str | None:
-    """The key a model server on `host` requires; none only on a loopback address."""
+def _check_key_files(*files: Path | None) -> None:
+    """A key file that cannot be used, as a usage error now (`shared.serving.keys`)."""
+    from shared.serving.keys import KeyRing
+
+    for file in files:
+        if file is not None:
+            try:
+                KeyRing(None, file)
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from exc
+
+
+def _key_for(host: str, api_key: str | None, key_file: Path | None = None) -> str | None:
+    """The key a model server on `host` requires besides its key file's; a server without
+    either only on a loopback address."""
     keyed = bool(api_key) and api_key != UNSET_KEY
-    if not keyed and not loopback(host):
+    if not keyed and key_file is None and not loopback(host):
         raise click.UsageError(
             f"refusing to serve on {host} without a key: whoever reaches that address could "
             "chat with every tenant's adapters and change them. Set --api-key "
-            "(RETRACE_MODEL_API_KEY), or serve on 127.0.0.1."
+            "(RETRACE_MODEL_API_KEY) or --api-key-file, or serve on 127.0.0.1."
         )
     return api_key if keyed else None

@@ -52,12 +52,17 @@ def openai_error(
     )
 
 
-def carries_key(request: web.Request, key: str) -> bool:
-    """Whether the request's bearer token is `key` (compared in constant time). A header that
-    is not UTF-8 (aiohttp keeps its bytes as surrogates) is compared as the bytes it was, so it
-    is a wrong key, not a 500 whose traceback names the key."""
+def bearer_token(request: web.Request) -> bytes:
+    """The request's bearer token as bytes, to compare with `hmac.compare_digest`. A header
+    that is not UTF-8 (aiohttp keeps its bytes as surrogates) is the bytes it was, so it is a
+    wrong key, not a 500 whose traceback names the key."""
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), key.encode())
+    return given.encode("utf-8", "surrogateescape")
+
+
+def carries_key(request: web.Request, key: str) -> bool:
+    """Whether the request's bearer token is `key` (compared in constant time)."""
+    return hmac.compare_digest(bearer_token(request), key.encode())
 
 
 @web.middleware

@@ -1,17 +1,22 @@
 """Who may call a model server, and what it may load: the rules `retrace serve-model` and
 `retrace model-gate` (in front of vLLM) both hold. One model server serves every tenant's
 adapters, so it is retrace's own service: its key is the services', a separate admin key
-changes what is loaded, and adapters load from the artifact store only (issue 14)."""
+changes what is loaded, and adapters load from the artifact store only (issue 14). Both keys
+can also be listed in key files, re-read when they change, to rotate a key without a restart
+(`shared.serving.keys`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
 
-from shared.llm.errors_http import carries_key, openai_error
+from shared.llm.errors_http import bearer_token, openai_error
+from shared.serving.keys import KeyRing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -19,6 +24,8 @@ OPEN_PATHS = frozenset({"/healthz", "/health", "/openapi.json"})
 """What a model server answers without its key: whether it is up."""
 ADMIN_PATHS = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
 """What changes the adapters every caller is served: the admin key's, when there is one."""
+KEY_RELOAD_INTERVAL_S = 2.0
+"""How often a server looks whether its key files changed (SIGHUP: at once)."""
 
 
 class OutsideStore(Exception):
@@ -33,17 +40,34 @@ class ModelAccess:
         api_key: str | None = None,
         admin_key: str | None = None,
         adapter_dirs: Sequence[Path] | None = None,
+        *,
+        api_key_file: Path | None = None,
+        admin_key_file: Path | None = None,
     ) -> None:
-        self.api_key = api_key
-        """Every route but health needs `Authorization: Bearer <api_key>` (None: open)."""
-        self.admin_key = admin_key
-        """When set, loading and unloading adapters need it instead of `api_key`: a caller
-        that only chats cannot change what every tenant is served."""
+        self.api_keys = KeyRing(api_key, api_key_file, kind="api key")
+        """Every route but health needs `Authorization: Bearer <key>` with one of these
+        (none: open). `KeyFileError` here for a key file that cannot be used."""
+        self.admin_keys = KeyRing(admin_key, admin_key_file, kind="admin key")
+        """When any is set, loading and unloading adapters need one of these instead of an
+        api key: a caller that only chats cannot change what every tenant is served."""
         self.adapter_dirs = (
             tuple(Path(d).resolve() for d in adapter_dirs) if adapter_dirs is not None else None
         )
         """The directories adapters load from (the artifact store); a path outside them is
         refused whether it exists or not. None: any path (a server in a test's process)."""
+
+    def reload(self) -> bool:
+        """Re-read the key files that changed (blocking file reads: call it in a thread);
+        whether any key changed."""
+        return self.api_keys.reload() | self.admin_keys.reload()
+
+    async def watching_keys(self, app: web.Application) -> AsyncIterator[None]:
+        """An aiohttp cleanup context: `keep_keys_current` while the server runs."""
+        task = asyncio.create_task(keep_keys_current(self))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     @web.middleware
     async def authorized(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -52,15 +76,15 @@ class ModelAccess:
         or unload every adapter (issue 14)."""
         if request.path in OPEN_PATHS:
             return await handler(request)
-        if self.admin_key is not None and request.path in ADMIN_PATHS:
-            if not carries_key(request, self.admin_key):
+        if self.admin_keys.required and request.path in ADMIN_PATHS:
+            if not self.admin_keys.accepts(bearer_token(request)):
                 return openai_error(
                     401 if not request.headers.get("Authorization") else 403,
                     "loading and unloading adapters needs this model server's admin key",
                     "permission_error",
                 )
             return await handler(request)
-        if self.api_key is not None and not carries_key(request, self.api_key):
+        if self.api_keys.required and not self.api_keys.accepts(bearer_token(request)):
             return openai_error(401, "this model server needs its key as a bearer token")
         return await handler(request)
 
@@ -78,3 +102,21 @@ class ModelAccess:
         if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
             raise OutsideStore(OutsideStore.message)
         return path
+
+
+async def keep_keys_current(access: ModelAccess, interval_s: float = KEY_RELOAD_INTERVAL_S) -> None:
+    """Re-read `access`'s key files when they change (looked at every `interval_s`, and at
+    once on SIGHUP) until cancelled; nothing to do without a key file."""
+    if access.api_keys.file is None and access.admin_keys.file is None:
+        return
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, wake.set)
+    try:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), interval_s)
+            wake.clear()
+            await asyncio.to_thread(access.reload)
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)

@@ -101,8 +101,16 @@ class ModelServer:
         body_timeout_s: float = BODY_TIMEOUT_S,
         admin_key: str | None = None,
         adapter_dirs: Sequence[Path] | None = None,
+        api_key_file: Path | None = None,
+        admin_key_file: Path | None = None,
     ) -> None:
-        self.access = ModelAccess(api_key, admin_key, adapter_dirs)
+        self.access = ModelAccess(
+            api_key,
+            admin_key,
+            adapter_dirs,
+            api_key_file=api_key_file,
+            admin_key_file=admin_key_file,
+        )
         """Its key, its admin key and where adapters load from (`shared.serving.access`)."""
         self.engine = engine
         self.prompts = prompts
@@ -145,6 +153,7 @@ class ModelServer:
             middlewares=[json_errors, self.access.authorized, errors],
             client_max_size=self.max_body_bytes,
         )
+        app.cleanup_ctx.append(self.access.watching_keys)  # key files re-read when changed
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)

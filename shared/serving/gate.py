@@ -70,6 +70,9 @@ class GateConfig:
     port: int = 8000
     api_key: str | None = None
     admin_key: str | None = None
+    api_key_file: Path | None = None
+    """More keys, one per line, re-read when the file changes (`shared.serving.keys`)."""
+    admin_key_file: Path | None = None
     adapter_dirs: tuple[Path, ...] = ()
     """Where adapters may be loaded from (the artifact store); empty: anywhere."""
     idle_timeout_s: float = IDLE_TIMEOUT_S
@@ -84,7 +87,13 @@ class GateConfig:
 class ModelGate:
     def __init__(self, cfg: GateConfig) -> None:
         self.cfg = cfg
-        self.access = ModelAccess(cfg.api_key, cfg.admin_key, cfg.adapter_dirs or None)
+        self.access = ModelAccess(
+            cfg.api_key,
+            cfg.admin_key,
+            cfg.adapter_dirs or None,
+            api_key_file=cfg.api_key_file,
+            admin_key_file=cfg.admin_key_file,
+        )
         base = cfg.upstream.rstrip("/")
         self.root = base.removesuffix("/v1")
         """The engine's address without its API prefix (its `/health` lives there)."""
@@ -113,6 +122,7 @@ class ModelGate:
             middlewares=[json_errors, self.counted, self.access.authorized],
             client_max_size=self.cfg.max_body_bytes,
         )
+        app.cleanup_ctx.append(self.access.watching_keys)  # key files re-read when changed
         app.router.add_post("/v1/chat/completions", self.generate)
         app.router.add_post("/v1/completions", self.generate)
         app.router.add_get("/v1/models", self.models)
@@ -316,8 +326,9 @@ async def serve_gate(cfg: GateConfig) -> None:
         upstream=redact(cfg.upstream),
         host=cfg.host,
         port=cfg.port,
-        key_required=cfg.api_key is not None,
-        admin_key_required=cfg.admin_key is not None,
+        key_required=cfg.api_key is not None or cfg.api_key_file is not None,
+        admin_key_required=cfg.admin_key is not None or cfg.admin_key_file is not None,
+        key_files=[str(f) for f in (cfg.api_key_file, cfg.admin_key_file) if f is not None],
         upstream_keyed=cfg.upstream_key is not None,
         adapter_dirs=[str(d) for d in cfg.adapter_dirs] or "anywhere",
     )

@@ -37,6 +37,11 @@ class ServeConfig:
     the port; keep it on 127.0.0.1 then)."""
     admin_key: str | None = None
     """Required instead of `api_key` to load and unload adapters (None: `api_key` does)."""
+    api_key_file: Path | None = None
+    """More keys accepted as `api_key` is, one per line, re-read when the file changes
+    (`shared.serving.keys`: a key rotated without a restart)."""
+    admin_key_file: Path | None = None
+    """More admin keys, as `api_key_file`."""
     adapter_dirs: tuple[Path, ...] = ()
     """Where adapters may be loaded from (the artifact store); empty: anywhere."""
     idle_timeout_s: float = IDLE_TIMEOUT_S
@@ -71,6 +76,8 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
         body_timeout_s=cfg.body_timeout_s,
         admin_key=cfg.admin_key,
         adapter_dirs=cfg.adapter_dirs or None,
+        api_key_file=cfg.api_key_file,
+        admin_key_file=cfg.admin_key_file,
     )
     return server, engine
 
@@ -85,11 +92,12 @@ async def serve(cfg: ServeConfig) -> None:
         host=cfg.host,
         port=cfg.port,
         max_batch=cfg.max_batch,
-        key_required=cfg.api_key is not None,
-        admin_key_required=cfg.admin_key is not None,
+        api_keys=len(server.access.api_keys),
+        admin_keys=len(server.access.admin_keys),
+        key_files=[str(f) for f in (cfg.api_key_file, cfg.admin_key_file) if f is not None],
         adapter_dirs=[str(d) for d in cfg.adapter_dirs] or "anywhere",
     )
-    if cfg.api_key is None:
+    if not server.access.api_keys.required:
         log.warning(
             "model server without a key: whoever reaches the port can use and change its "
             "adapters (set RETRACE_MODEL_API_KEY)",

@@ -160,18 +160,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Path) -> None:
-    """The gate as `retrace model-gate` runs it: a stream it is passing on when SIGTERM
-    arrives ends whole; a connection made after it is refused."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "RETRACE_MODEL_API_KEY": SERVICE_KEY,
-        "RETRACE_MODEL_ADMIN_KEY": ADMIN_KEY,
-        "RETRACE_MODEL_UPSTREAM_KEY": ENGINE_KEY,
-        "RETRACE_LOG_FORMAT": "json",
-    }
-    proc = await asyncio.create_subprocess_exec(
+async def _gate_process(
+    engine_url: str, store: Path, port: int, *args: str, **env: str
+) -> asyncio.subprocess.Process:
+    """`retrace model-gate` as a process in front of `engine_url`, keyed as `gate_config`
+    keys the gate, with `args` and `env` added."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "shared.cli.main",
@@ -182,11 +176,26 @@ async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Pa
         str(port),
         "--adapter-dir",
         str(store),
+        *args,
         cwd=REPO,
-        env=env,
+        env={
+            **os.environ,
+            "RETRACE_MODEL_API_KEY": SERVICE_KEY,
+            "RETRACE_MODEL_ADMIN_KEY": ADMIN_KEY,
+            "RETRACE_MODEL_UPSTREAM_KEY": ENGINE_KEY,
+            "RETRACE_LOG_FORMAT": "json",
+            **env,
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+
+
+async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Path) -> None:
+    """The gate as `retrace model-gate` runs it: a stream it is passing on when SIGTERM
+    arrives ends whole; a connection made after it is refused."""
+    port = _free_port()
+    proc = await _gate_process(engine_url, store, port)
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as http:
 
@@ -219,6 +228,77 @@ async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Pa
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_key_rotated_in_its_file_takes_effect_without_a_restart(
+    engine_url: str, store: Path, tmp_path: Path
+) -> None:
+    """The service key rotated as docs/serving.md says: the new key listed beside the old,
+    the callers moved, the old line deleted; SIGHUP has the gate read the file at once. Chat
+    through the gate works with whichever keys are listed at each step, and the process is
+    the same one throughout (no restart, no adapter reloaded)."""
+    old, new = "rotated-old-0123456789", "rotated-new-0123456789"
+    keys = tmp_path / "service-keys"
+    keys.write_text(f"# the services' keys\n{old}\n")
+    keys.chmod(0o600)
+    port = _free_port()
+    proc = await _gate_process(
+        engine_url, store, port, "--api-key-file", str(keys), RETRACE_MODEL_API_KEY=""
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    async with aiohttp.ClientSession() as http:
+
+        async def status(key: str) -> int:
+            headers = {"Authorization": f"Bearer {key}"}
+            async with http.post(
+                f"{url}/v1/chat/completions", json=chat("tiny", max_tokens=2), headers=headers
+            ) as resp:
+                return resp.status
+
+        async def up() -> bool:
+            if proc.returncode is not None:
+                raise AssertionError(proc.stdout and (await proc.stdout.read()).decode())
+            try:
+                async with http.get(f"{url}/healthz") as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        async def rotate_to(*listed: str) -> None:
+            partial = tmp_path / "partial"
+            partial.write_text("".join(f"{k}\n" for k in listed))
+            partial.replace(keys)
+            proc.send_signal(signal.SIGHUP)
+
+            async def taken() -> bool:
+                return [await status(k) for k in (old, new)] == [
+                    200 if k in listed else 401 for k in (old, new)
+                ]
+
+            await eventually(taken, within=10)
+
+        try:
+            await eventually(up, within=60)
+            assert [await status(old), await status(new), await status(SERVICE_KEY)] == [
+                200,
+                401,
+                401,
+            ]
+            await rotate_to(old, new)
+            await rotate_to(new)
+            keys.write_text("short\n")  # a bad edit: refused, the keys in force stay
+            proc.send_signal(signal.SIGHUP)
+            await asyncio.sleep(0.5)
+            assert [await status(old), await status(new)] == [401, 200]
+            assert proc.returncode is None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            output = (await asyncio.wait_for(proc.communicate(), 30))[0].decode()
+        assert proc.returncode == 0, output
+        assert output.count('"key file reloaded"') == 2, output
+        assert "line 1: a key needs at least" in output
+        assert old not in output and new not in output and "short" not in output
 
 
 schema = schemathesis.openapi.from_dict(model_gate_openapi())
