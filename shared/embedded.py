@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -71,35 +72,60 @@ def nats_binary() -> str:
     return found
 
 
+NATS_USER = "retrace"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `path` whole, readable by its owner alone from the start (it holds a password)."""
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    partial.replace(path)
+
+
+def _nats_url(port: int, password: str | None) -> str:
+    auth = f"{NATS_USER}:{password}@" if password else ""  # a server started before passwords
+    return f"nats://{auth}127.0.0.1:{port}"
+
+
+def _nats_conf(port: int, store: Path, log_path: Path, password: str) -> str:
+    """nats-server's configuration: loopback only, JetStream, one user. In a file (mode 600),
+    not on the command line, where every local user could read the password (`ps`)."""
+    return (
+        f"listen: {json.dumps(f'127.0.0.1:{port}')}\n"
+        f"jetstream {{ store_dir: {json.dumps(str(store))} }}\n"
+        f"log_file: {json.dumps(str(log_path))}\n"
+        f"authorization {{ user: {json.dumps(NATS_USER)}, password: {json.dumps(password)} }}\n"
+    )
+
+
 def ensure_nats(data_dir: Path) -> str:
-    """Start (or reuse) a JetStream nats-server under `data_dir/nats`; return its URL."""
+    """Start (or reuse) a JetStream nats-server under `data_dir/nats`; return its URL, with
+    the user and password it was started with. The server listens on 127.0.0.1 only, and
+    takes no anonymous client: other users of the machine reach that address too, and the
+    bus carries every tenant's trajectories (issue 14). The password is generated at start
+    and kept beside the server's pid in `server.json`, which only its owner can read."""
     root = data_dir / "nats"
     state_file = root / "server.json"
     with _locked(root / ".lock"):
         if state_file.exists():
             state = json.loads(state_file.read_text())
             if pid_alive(state["pid"]) and _port_open(state["port"]):
-                return f"nats://127.0.0.1:{state['port']}"
+                return _nats_url(state["port"], state.get("password"))
         port = _free_port()
+        password = secrets.token_urlsafe(24)
         log_path = root / "nats-server.log"
-        proc = subprocess.Popen(
-            [
-                nats_binary(),
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-js",
-                "-sd",
-                str(root / "store"),
-                "-l",
-                str(log_path),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # outlives this process; stop_embedded ends it
-        )
+        conf = root / "nats-server.conf"
+        write_private(conf, _nats_conf(port, root / "store", log_path, password))
+        with log_path.open("ab") as early:  # what it says before it opens its log file
+            proc = subprocess.Popen(
+                [nats_binary(), "-c", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=early,
+                stderr=early,
+                start_new_session=True,  # outlives this process; stop_embedded ends it
+            )
         deadline = time.monotonic() + NATS_START_TIMEOUT
         while not _port_open(port):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -109,9 +135,9 @@ def ensure_nats(data_dir: Path) -> str:
                     f"embedded nats-server did not start on port {port}:\n{tail}"
                 )
             time.sleep(0.05)
-        state_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
+        write_private(state_file, json.dumps({"pid": proc.pid, "port": port, "password": password}))
         log.info("embedded nats started", port=port, pid=proc.pid, store=str(root / "store"))
-        return f"nats://127.0.0.1:{port}"
+        return _nats_url(port, password)
 
 
 def ensure_postgres(data_dir: Path) -> str:

@@ -13,7 +13,13 @@ import msgspec
 from rich.console import Console
 
 from shared.config import ServiceConfig, load_config
-from shared.embedded import ensure_nats, ensure_postgres, postgres_running, stop_postgres
+from shared.embedded import (
+    ensure_nats,
+    ensure_postgres,
+    postgres_running,
+    stop_postgres,
+    write_private,
+)
 from shared.errors import UNDECODABLE, ConfigError
 from shared.store import Store
 from shared.store.migrate import upgrade_async
@@ -72,7 +78,8 @@ def read_state(cfg: ServiceConfig) -> RunState | None:
 def write_state(cfg: ServiceConfig, state: RunState) -> None:
     path = state_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(msgspec.to_builtins(state), indent=2))
+    # its URLs carry passwords (the embedded NATS's, a configured one's): its owner's alone
+    write_private(path, json.dumps(msgspec.to_builtins(state), indent=2))
 
 
 def urls(cfg: ServiceConfig, *, start: bool) -> tuple[str | None, str | None]:
