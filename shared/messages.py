@@ -203,8 +203,9 @@ class CycleSettings(msgspec.Struct, kw_only=True, frozen=True):
     temperature: Annotated[float, msgspec.Meta(ge=0, le=4)] = 1.0
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 256
     seed: int = 1234
-    """Sampling seed of evaluation rollouts: every configuration sees the same seeds, so
-    their outcomes pair up task by task and trial by trial."""
+    """Sampling seed of the diagnosis and evaluation rollouts: the diagnosis is the same
+    each time for the same agent and settings, and in evaluation every configuration sees
+    the same seeds, so their outcomes pair up task by task and trial by trial."""
     rollout_budget: Annotated[int, msgspec.Meta(ge=2)] | None = None
     """Rollouts per adapter; None: the train service's."""
     alpha: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.05

@@ -148,8 +148,13 @@ class EvaluatorHandlers:
                 split="train",
                 task_ids=[t.id for t in tasks],
                 trials=msg.settings.diagnose_trials,
+                # seeded as evaluations are: the diagnosis, which decides what the cycle
+                # trains, is the same each time for the same agent and settings (unseeded,
+                # three demos on one machine diagnosed three different capabilities)
                 sampling=Sampling(
-                    temperature=msg.settings.temperature, max_tokens=msg.settings.max_tokens
+                    temperature=msg.settings.temperature,
+                    max_tokens=msg.settings.max_tokens,
+                    seed=msg.settings.seed,
                 ),
                 cycle_id=msg.cycle_id,
                 purpose="diagnose",

@@ -31,6 +31,9 @@ class SynthesizeConfig(ServiceConfig, kw_only=True, frozen=True):
     max_hint_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
     determinism_seeds: Annotated[int, msgspec.Meta(ge=1)] = 3
     """Seeds each generated spec is built twice on before it is accepted for calibration."""
+    seed: int = 0
+    """Sampling seed of calibration rollouts (attempt n samples with seed + n): a calibration's
+    verdict is the same each time the same environment is calibrated for the same agent."""
     writer_model: str | None = None
     """A model on the inference endpoint (`RETRACE_MODEL_URL`) that writes each capability's
     scenario template and checks; unset, or when its spec fails every check: the default

@@ -353,7 +353,11 @@ class SynthesizeHandlers:
                 environment=synthetic_ref(env.name, row.version),
                 task_ids=[t.id for t in tasks],
                 trials=self.cfg.calibration_samples,
-                sampling=Sampling(temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens),
+                sampling=Sampling(
+                    temperature=self.cfg.temperature,
+                    max_tokens=self.cfg.max_tokens,
+                    seed=self.cfg.seed + attempt,
+                ),
                 cycle_id=cycle_id,
                 purpose="calibrate",
                 hint_share=spec.hint_share,

@@ -111,6 +111,14 @@ def _retrace(*args: str, timeout: float | None = None, check: bool = False) -> i
     "they roughly double the run.",
 )
 @click.option(
+    "--seed",
+    type=int,
+    default=1234,
+    show_default=True,
+    help="Sampling seed of the diagnosis and evaluation rollouts (the same seed, the same "
+    "diagnosis on a machine; another seed draws other episodes).",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("retrace-demo-report"),
@@ -127,6 +135,7 @@ def demo(
     max_tokens: int,
     max_capabilities: int,
     baseline: bool,
+    seed: int,
     out: Path,
     ready_timeout: float,
     port_offset: int,
@@ -156,6 +165,7 @@ def demo(
             "--max-tokens", str(max_tokens),
             "--max-capabilities", str(max_capabilities),
             "--baseline" if baseline else "--no-baseline",
+            "--seed", str(seed),
         )  # fmt: skip
         _retrace("report", AGENT, "--out", str(out))
         console.print(

@@ -341,6 +341,14 @@ def _error_bar(stats: dict[str, Any]) -> tuple[float, float]:
     help="Also run the baselines (GRPO on the target, GEPA prompt optimisation) with the "
     "same rollouts, and compare.",
 )
+@click.option(
+    "--seed",
+    type=int,
+    default=1234,
+    show_default=True,
+    help="Sampling seed of the diagnosis and evaluation rollouts: the same seed, agent and "
+    "settings give the same diagnosis; another seed draws other episodes.",
+)
 @click.option("--wait", "wait_s", default=14_400.0, show_default=True)
 def improve(
     agent_name: str,
@@ -357,6 +365,7 @@ def improve(
     spare_capabilities: int,
     route_tasks: int,
     baseline: bool,
+    seed: int,
     wait_s: float,
 ) -> None:
     """Run one TRACE cycle for the agent (diagnose, synthesize, train, evaluate, promote)."""
@@ -373,6 +382,7 @@ def improve(
         "spare_capabilities": spare_capabilities,
         "route_tasks": route_tasks,
         "baselines": ["grpo_target", "gepa"] if baseline else [],
+        "seed": seed,
     }
     try:
         settings = msgspec.convert(raw, CycleSettings)
