@@ -165,6 +165,9 @@ async def test_a_cycle_runs_through_its_states_and_promotes(
     [diagnosis] = await published(bus, events, RolloutRequested, 1)
     assert diagnosis.purpose == "diagnose" and diagnosis.cycle_id == cycle_id  # type: ignore[attr-defined]
     assert len(diagnosis.task_ids) == 4 and diagnosis.split == "train"  # type: ignore[attr-defined]
+    # seeded: the same agent and settings diagnose from the same episodes (unseeded, three
+    # demos on one machine diagnosed three different capabilities)
+    assert diagnosis.sampling.seed == SETTINGS.seed  # type: ignore[attr-defined]
 
     # a second cycle while this one runs is refused, and says why
     busy = uuid.uuid4()

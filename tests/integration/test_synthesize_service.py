@@ -52,9 +52,11 @@ async def _run(
     writer: FakeJudge | None = None,
     played: SyntheticSpec | None = None,
     max_turns: int | None = None,
+    seeds: list[int | None] | None = None,
 ) -> list[Environment]:
     """Synthesize + rollout until the capability's environments settle; `writer` (a fake
-    chat endpoint) writes the spec when given, and `played` is the spec the oracle plays."""
+    chat endpoint) writes the spec when given, and `played` is the spec the oracle plays;
+    `seeds` gets the sampling seed of each calibration episode the oracle played."""
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
@@ -122,6 +124,8 @@ async def _run(
     await server.close()
     if writer_server is not None:
         await writer_server.close()
+    if seeds is not None:
+        seeds.extend(fake.seeds)
     async with store.tenant("acme") as session:
         return list(
             await session.scalars(
@@ -151,9 +155,16 @@ async def test_capability_gets_a_calibrated_environment(
 async def test_trivial_environment_is_adjusted_then_reported(
     service_cfg: ServiceConfig, store: Store
 ) -> None:
-    envs = await _run(service_cfg, 0.0, store, regenerations=1)  # the policy always succeeds
+    seeds: list[int | None] = []
+    envs = await _run(service_cfg, 0.0, store, regenerations=1, seeds=seeds)  # always succeeds
     assert [e.status for e in envs] == ["rejected", "failed"]
     assert [e.version for e in envs] == [1, 2]
+    # calibration samples with seeds, attempt n with seed + n (trial t: + 7919 t), so a
+    # verdict is reproducible; unseeded, calibration verdicts differed from run to run
+    assert [e.calibration["seed"] for e in envs] == [0, 1]
+    assert sorted(seeds) == sorted(
+        a + 7919 * t for a in (0, 1) for t in range(4) for _ in range(12)
+    )
     first = envs[0].calibration["result"]
     assert first["direction"] == "harder" and first["success_rate"] > 0.6
     assert any(r.startswith("too easy: mean reward") for r in first["reasons"])

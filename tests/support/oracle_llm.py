@@ -43,6 +43,8 @@ class OracleLLM:
         self.pass_first = pass_first
         self._passed: set[str] = set()
         self.calls = 0
+        self.seeds: list[int | None] = []
+        """The sampling seed of each episode's first request, in arrival order."""
         self.fail_rate = fail_rate
         self._rng = random.Random(0)
         for task in env.tasks():
@@ -63,6 +65,8 @@ class OracleLLM:
                 await asyncio.to_thread(self.hold.wait, HOLD_LIMIT_S)
         script = self.references.get(opening, [])
         turn = sum(1 for m in req.messages if m.role == "assistant")
+        if turn == 0:
+            self.seeds.append(req.seed)
         if self.fail_rate and turn == 0 and self._rng.random() < self.fail_rate:
             script = []  # this sample of the task fails: a plain refusal, no tools
         reply = (
