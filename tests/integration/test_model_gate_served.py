@@ -191,6 +191,21 @@ async def _gate_process(
     )
 
 
+async def _serving(proc: asyncio.subprocess.Process, http: aiohttp.ClientSession, url: str) -> None:
+    """Wait until the gate process at `url` answers its health check (its output if it exits)."""
+
+    async def up() -> bool:
+        if proc.returncode is not None:
+            raise AssertionError(proc.stdout and (await proc.stdout.read()).decode())
+        try:
+            async with http.get(f"{url}/healthz") as r:
+                return r.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    await eventually(up, within=60)
+
+
 async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Path) -> None:
     """The gate as `retrace model-gate` runs it: a stream it is passing on when SIGTERM
     arrives ends whole; a connection made after it is refused."""
@@ -198,18 +213,8 @@ async def test_sigterm_lets_a_stream_in_flight_finish(engine_url: str, store: Pa
     proc = await _gate_process(engine_url, store, port)
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as http:
-
-        async def up() -> bool:
-            if proc.returncode is not None:
-                raise AssertionError(proc.stdout and (await proc.stdout.read()).decode())
-            try:
-                async with http.get(f"{url}/healthz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
         try:
-            await eventually(up, within=60)
+            await _serving(proc, http, url)
             long = chat("tiny", stream=True, max_tokens=1500)
             async with http.post(f"{url}/v1/chat/completions", json=long, headers=SERVICE) as resp:
                 assert resp.status == 200
@@ -256,15 +261,6 @@ async def test_a_key_rotated_in_its_file_takes_effect_without_a_restart(
             ) as resp:
                 return resp.status
 
-        async def up() -> bool:
-            if proc.returncode is not None:
-                raise AssertionError(proc.stdout and (await proc.stdout.read()).decode())
-            try:
-                async with http.get(f"{url}/healthz") as r:
-                    return r.status == 200
-            except aiohttp.ClientError:
-                return False
-
         async def rotate_to(*listed: str) -> None:
             partial = tmp_path / "partial"
             partial.write_text("".join(f"{k}\n" for k in listed))
@@ -279,7 +275,7 @@ async def test_a_key_rotated_in_its_file_takes_effect_without_a_restart(
             await eventually(taken, within=10)
 
         try:
-            await eventually(up, within=60)
+            await _serving(proc, http, url)
             assert [await status(old), await status(new), await status(SERVICE_KEY)] == [
                 200,
                 401,
