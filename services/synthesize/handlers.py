@@ -322,6 +322,7 @@ class SynthesizeHandlers:
         tasks = sorted((t for t in all_tasks if t.split == "train"), key=lambda t: t.id)
         tasks = tasks[: self.cfg.calibration_tasks]
         request_id = uuid.uuid4()
+        seed = self.cfg.seed + attempt  # the rollouts' sampling seed: a verdict reproducible
         # Versions count per name across capabilities, cycles and agents of the tenant: the
         # same capability found again gets a new version, never a clash.
         latest = await session.scalar(
@@ -336,6 +337,7 @@ class SynthesizeHandlers:
             capability_id=capability.id,
             calibration={
                 "attempt": attempt,
+                "seed": seed,
                 "request_id": str(request_id),
                 "tasks": len(tasks),
                 "samples": self.cfg.calibration_samples,
@@ -356,7 +358,7 @@ class SynthesizeHandlers:
                 sampling=Sampling(
                     temperature=self.cfg.temperature,
                     max_tokens=self.cfg.max_tokens,
-                    seed=self.cfg.seed + attempt,
+                    seed=seed,
                 ),
                 cycle_id=cycle_id,
                 purpose="calibrate",
