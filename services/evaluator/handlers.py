@@ -150,7 +150,7 @@ class EvaluatorHandlers:
                 trials=msg.settings.diagnose_trials,
                 # seeded as evaluations are: the diagnosis, which decides what the cycle
                 # trains, is the same each time for the same agent and settings (unseeded,
-                # three demos on one machine diagnosed three different capabilities)
+                # three demos of one machine class chose three capabilities to train)
                 sampling=Sampling(
                     temperature=msg.settings.temperature,
                     max_tokens=msg.settings.max_tokens,
