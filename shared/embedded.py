@@ -24,6 +24,7 @@ from pathlib import Path
 from shared.config import ServiceConfig
 from shared.errors import EmbeddedServerError
 from shared.logging import get_logger
+from shared.runtime.files import write_private
 
 log = get_logger(__name__)
 
@@ -73,15 +74,6 @@ def nats_binary() -> str:
 
 
 NATS_USER = "retrace"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `path` whole, readable by its owner alone from the start (it holds a password)."""
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    partial.replace(path)
 
 
 def _nats_url(port: int, password: str | None) -> str:

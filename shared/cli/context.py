@@ -13,14 +13,9 @@ import msgspec
 from rich.console import Console
 
 from shared.config import ServiceConfig, load_config
-from shared.embedded import (
-    ensure_nats,
-    ensure_postgres,
-    postgres_running,
-    stop_postgres,
-    write_private,
-)
+from shared.embedded import ensure_nats, ensure_postgres, postgres_running, stop_postgres
 from shared.errors import UNDECODABLE, ConfigError
+from shared.runtime.files import write_private
 from shared.store import Store
 from shared.store.migrate import upgrade_async
 

@@ -6,7 +6,6 @@ keeps in `<data dir>/run/admin.key`) acting for `--tenant`."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +20,7 @@ from click.core import ParameterSource
 from shared.cli.context import read_state
 from shared.config import ServiceConfig, load_config
 from shared.errors import UNDECODABLE, ConfigError
+from shared.runtime.files import write_private
 from shared.runtime.http import ACTING_FOR
 from shared.store.tenants import KEY_PREFIX
 
@@ -53,12 +53,7 @@ def make_admin_key(cfg: ServiceConfig) -> str:
     """The operator's key for a `retrace up` with none configured: written for the CLI to
     read (owner-only), removed when `up` stops."""
     key = "rt_admin_" + secrets.token_urlsafe(32)
-    path = admin_key_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)  # made afresh: never an old file's mode, nor a link's target
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key)
+    write_private(admin_key_path(cfg), key)  # never an old file's mode, nor a link's target
     return key
 
 
