@@ -377,6 +377,7 @@ class RouterApp:
         if isinstance(named, web.Response):
             return named
         known = None
+        diverged = False
         if agent is not None:
             known = self.recent.find(agent.id, key_id, named, longest)
         if agent is None or (known is None and (tips or named)):
@@ -397,6 +398,9 @@ class RouterApp:
                     row = await self._find(session, agent, key_id, named, tips)
                     if row is not None:
                         known = self.recent.remember(_known(row))
+                        # named, its history need not be the conversation's: a stale retry,
+                        # or an earlier turn edited, goes on as a branch of it (below)
+                        diverged = row.tip not in {h for _, h in tips}
         if known is None and named is not None:
             # not in this process's memory nor (yet) in the store: another router process
             # may have answered it and not written it yet, or it was lost; a new
@@ -413,6 +417,11 @@ class RouterApp:
             new = Known(uuid.uuid4(), agent.id, key_id, opening.adapter_id, opening.route, "", 0)
             turn = Turn(tenant, self.recent.remember(new), "", 0, opening=opening)
             target, artifact = await self._served_by(tenant, agent, opening.adapter_id)
+        elif diverged:
+            # found where the conversation is not: `_answered` then makes the turn a branch
+            # (its own conversation, the same route), so the history kept is not replaced
+            turn = Turn(tenant, known, longest or "", len(tips))
+            target, artifact = await self._served_by(tenant, agent, known.adapter_id)
         else:
             turn = Turn(tenant, known, known.tip, known.turns)
             target, artifact = await self._served_by(tenant, agent, known.adapter_id)

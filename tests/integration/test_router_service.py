@@ -1034,3 +1034,51 @@ async def test_a_named_conversation_is_the_one_continued(
         return kept == ["Make it 06:45.", "Make it 07:00."]
 
     await eventually(each_its_own, within=10)
+
+
+async def test_a_named_conversation_whose_history_differs_goes_on_as_a_branch(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """A request naming a conversation was taken as its next turn whatever its history: an
+    earlier turn edited in a chat window (or a stale retry) replaced the trajectory's
+    messages, and the turns recorded before were lost. It goes on as a branch instead: the
+    named conversation keeps its history, the branch holds the new one."""
+    url, key, _, _ = router
+    first = [{"role": "user", "content": "Set an alarm at 06:30 labelled gym, please."}]
+    async with aiohttp.ClientSession() as http:
+        status, headers, reply = await _chat(http, url, key, {"model": "bot", "messages": first})
+        assert status == 200
+        cid = headers["X-Retrace-Conversation"]
+        answer = reply["choices"][0]["message"]
+        second = [*first, answer, {"role": "user", "content": "Make it 06:45."}]
+        named = {"Authorization": f"Bearer {key}", "X-Retrace-Conversation": cid}
+        async with http.post(
+            f"{url}/v1/chat/completions", json={"model": "bot", "messages": second}, headers=named
+        ) as r:
+            assert r.status == 200 and r.headers["X-Retrace-Conversation"] == cid
+        [kept] = await _recorded(store, cid)
+
+        async def both_turns() -> bool:
+            async with store.tenant("acme") as session:
+                row = await session.get(Conversation, uuid.UUID(cid))
+                return row is not None and row.turns == 2
+
+        await eventually(both_turns, within=10)
+        edited = [{"role": "user", "content": "Set an alarm at 05:30 labelled run, please."}]
+        edited += [answer, {"role": "user", "content": "Make it 05:45."}]
+        async with http.post(
+            f"{url}/v1/chat/completions", json={"model": "bot", "messages": edited}, headers=named
+        ) as r:
+            assert r.status == 200
+            branch = r.headers["X-Retrace-Conversation"]
+    assert branch != cid
+    [original, branched] = await _recorded(store, cid, branch)
+    assert [m["content"] for m in original.messages[::2]] == [
+        "Set an alarm at 06:30 labelled gym, please.",
+        "Make it 06:45.",
+    ]
+    assert branched.messages[0]["content"] == "Set an alarm at 05:30 labelled run, please."
+    async with store.tenant("acme") as session:
+        row = await session.get(Conversation, uuid.UUID(branch))
+    assert row is not None and row.route["branch_of"] == cid
+    assert kept.id == original.id
