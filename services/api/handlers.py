@@ -96,6 +96,7 @@ from shared.store.tenants import (
     tenant_for_key,
 )
 from shared.store.work import NotCancellableError, cancel
+from shared.subjects import TENANT_RE
 
 log = get_logger(__name__)
 
@@ -241,7 +242,8 @@ class ApiApp:
                 return error(401, "missing bearer token (a tenant API key)")
             admin = self.cfg.admin_key
             async with self._store().cross_tenant() as session:
-                if admin is not None and hmac.compare_digest(presented.encode(), admin.encode()):
+                given = presented.encode("utf-8", "surrogateescape")  # a header not UTF-8
+                if admin is not None and hmac.compare_digest(given, admin.encode()):
                     # the operator (the CLI) acts for the tenant it names
                     tenant = request.headers.get(ACTING_FOR, "")
                     if not tenant:
@@ -249,6 +251,12 @@ class ApiApp:
                             401, f"the admin key acts for a tenant: name it in {ACTING_FOR}"
                         )
                     request[OPERATOR] = True
+                    if not TENANT_RE.fullmatch(tenant):
+                        return error(
+                            400,
+                            f"{ACTING_FOR} must be a tenant id (1-63 lowercase letters, digits "
+                            f"and inner dashes), not {tenant[:80]!r}",
+                        )
                     if await session.get(Tenant, tenant) is None:
                         return error(
                             404,

@@ -23,7 +23,10 @@ class TenantExistsError(PermanentError):
 
 
 def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
+    """The stored form of a key. A presented one that is not UTF-8 (aiohttp keeps a header's
+    other bytes as surrogates) hashes as the bytes it was: a key never issued, so a 401, not
+    a 500 raised before the key was checked."""
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 async def create_tenant(session: AsyncSession, tenant_id: str, name: str | None = None) -> Tenant:

@@ -36,6 +36,7 @@ from shared.store.models import (
 )
 from shared.store.tenants import create_tenant, issue_api_key
 from tests.integration.test_delivery import eventually, healthy
+from tests.support.raw_http import raw_status
 
 pytestmark = pytest.mark.timeout(120)
 ADMIN = "operator-secret-key"
@@ -552,3 +553,20 @@ async def test_no_route_shows_changes_or_reveals_another_tenant_s_objects(
         assert kept.production_adapters == []
         assert (await session.get(Cycle, cycle.id)).state == "diagnosing"  # type: ignore[union-attr]
     assert (await api.call("GET", "/v1/agents", tenant="globex"))[0] == 200
+
+
+async def test_credentials_that_are_not_utf8_are_a_401_and_a_tenant_not_one_a_400(
+    api: Api,
+) -> None:
+    """A bearer token or a cookie with bytes that are not UTF-8 was a 500 (raised while the
+    key was hashed to be looked up); the operator's tenant header is checked before it is
+    looked up."""
+    port = int(api.url.rsplit(":", 1)[1])
+    key = b"Authorization: Bearer rt_acme_\xff\xfe"
+    assert await raw_status(port, b"GET /v1/agents HTTP/1.1\r\nHost: x\r\n" + key) == 401
+    admin = b"Authorization: Bearer " + ADMIN.encode()
+    for tenant in (b"acme\xff", b"ACME", b"a" * 64):
+        head = b"GET /v1/agents HTTP/1.1\r\nHost: x\r\n" + admin + b"\r\nRetrace-Tenant: "
+        assert await raw_status(port, head + tenant) == 400
+    cookie = b"GET /console HTTP/1.1\r\nHost: x\r\nCookie: retrace_key=rt_\xff"
+    assert await raw_status(port, cookie) == 303  # to the sign-in page

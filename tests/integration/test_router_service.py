@@ -31,6 +31,7 @@ from shared.store.agents import create_agent
 from shared.store.models import Adapter, Agent, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from tests.integration.test_delivery import eventually, healthy
+from tests.support.raw_http import raw_status
 from tests.support.transactions import database_now, open_transactions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -1082,3 +1083,14 @@ async def test_a_named_conversation_whose_history_differs_goes_on_as_a_branch(
         row = await session.get(Conversation, uuid.UUID(branch))
     assert row is not None and row.route["branch_of"] == cid
     assert kept.id == original.id
+
+
+async def test_an_authorization_header_that_is_not_utf8_is_a_401(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """It was a 500: hashing the key to look it up raised before the key was checked."""
+    url, _, _, _ = router
+    port = int(url.rsplit(":", 1)[1])
+    for path in (b"GET /v1/models", b"POST /v1/chat/completions"):
+        head = path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rt_acme_\xff\xfe"
+        assert await raw_status(port, head) == 401
