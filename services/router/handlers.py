@@ -790,6 +790,15 @@ def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> w
         kind = None
     if status == 429:
         return error(503, "the inference endpoint is busy; try again", headers=_on_error(headers))
+    if status == 404:  # the target is the router's choice; the endpoint's own text may name
+        # what else it serves (other tenants' adapters), so it stays in the log
+        log.debug("inference endpoint 404 text", text=message[:2000])
+        return error(
+            404,
+            f"the inference endpoint does not serve {headers[ADAPTER_HEADER]!r} now; try again",
+            "not_found_error",
+            _on_error(headers),
+        )
     if status >= 500 or status < 400 or status in (401, 403):
         # its text may echo the request (vLLM's do): user content, so at debug only
         log.warning("inference endpoint failed", status=status, error_type=kind)

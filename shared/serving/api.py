@@ -207,11 +207,10 @@ class ModelServer:
             return None
         if model in self.engine.adapters:
             return model
+        # not naming what is loaded: every tenant's adapters are, and a router relays the
+        # endpoint's 404 to the tenant who asked
         raise ApiError(
-            404,
-            f"model {model!r} not found; available: "
-            f"{', '.join([self.served_name, *self.engine.adapters])}",
-            "not_found_error",
+            404, f"model {model!r} not found (GET /v1/models lists them)", "not_found_error"
         )
 
     def _params(self, req: ChatRequest) -> SamplingParams:

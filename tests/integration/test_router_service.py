@@ -88,7 +88,9 @@ class Upstream:
         self.chatting.set()
         await asyncio.sleep(self.delay)
         if body["model"] in self.refused:
-            raise web.HTTPNotFound(text=json.dumps({"error": {"message": "no such model"}}))
+            # as serve-model's 404 was: naming what is loaded, other tenants' adapters too
+            found = {"message": "no such model; available: smollm2, globex--secret--v1"}
+            raise web.HTTPNotFound(text=json.dumps({"error": found}))
         self.models.append(body["model"])
         if not body.get("stream"):
             return web.json_response(
@@ -976,8 +978,10 @@ async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
             return len(list(await session.scalars(select(Conversation))))
 
     async with aiohttp.ClientSession() as http:
-        status, _, _ = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+        status, _, refusal = await _chat(http, url, key, {"model": "bot", "messages": alarm})
         assert status == 404  # the endpoint's refusal, relayed
+        assert refusal["error"]["type"] == "not_found_error"
+        assert "globex" not in refusal["error"]["message"]  # not another tenant's names
         assert await count() == 0
         status, headers, _ = await _chat(http, url, key, {"model": "bot", "messages": hello})
         assert status == 200

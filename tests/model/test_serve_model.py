@@ -214,6 +214,8 @@ async def test_adapter_changes_logprobs_and_unloading_restores_them(
     )
     assert resp.status == 200, await resp.text()
     assert "rand" in [m["id"] for m in (await (await client.get("/v1/models")).json())["data"]]
+    missing = await post(client, chat("hi", model="nope"), 404)
+    assert "rand" not in missing["error"]["message"]  # another tenant's, through a router
     with_adapter = await _logprobs(client, "rand")
     base_while_loaded = await _logprobs(client, "smollm2")
     assert with_adapter != pytest.approx(before, abs=1e-3)
