@@ -214,7 +214,7 @@ class ApiApp:
         r.add_get("/v1/quotas", self.get_quotas)
         r.add_get("/v1/keys", self.list_keys)
         r.add_post("/v1/keys", self.create_key)
-        r.add_delete("/v1/keys/{prefix}", self.revoke_key)
+        r.add_delete("/v1/keys/{key}", self.revoke_key)
         r.add_get("/v1/admin/tenants", self.list_tenants)
         r.add_post("/v1/admin/tenants", self.create_tenant)
         r.add_post("/v1/admin/tenants/{tenant}/keys", self.create_tenant_key)
@@ -676,7 +676,7 @@ class ApiApp:
     async def revoke_key(self, request: web.Request) -> web.Response:
         async with self._session(request) as session:
             try:
-                row = await revoke_api_key(session, request.match_info["prefix"])
+                row = await revoke_api_key(session, request.match_info["key"])
             except UnknownKeyError as exc:
                 raise Refused(404, str(exc)) from None
             return ok(KeyOut.of(row))

@@ -77,7 +77,12 @@ ROUTES = (
     Route("get", "/v1/keys", "The tenant's API keys (prefixes only), revoked ones included",
           response=KeyList),
     Route("post", "/v1/keys", "A new key for the tenant, shown once (201)", response=KeyCreated),
-    Route("delete", "/v1/keys/{prefix}", "Revoke a key by its prefix", response=KeyOut),
+    Route(
+        "delete",
+        "/v1/keys/{key}",
+        "Revoke a key named by its id (GET /v1/keys), the whole key or its first characters",
+        response=KeyOut,
+    ),
     Route("get", "/v1/admin/tenants", "Every tenant (operator key)", response=TenantList),
     Route("post", "/v1/admin/tenants", "Create a tenant (operator key; 201)", TenantCreate,
           TenantOut),

@@ -318,7 +318,8 @@ class KeyOut(msgspec.Struct, kw_only=True, frozen=True):
     id: uuid.UUID
     name: str
     prefix: str
-    """The key's first characters (what revoking it takes)."""
+    """The key's first characters; for a tenant id of 12 characters or more they are all
+    its keys' (`rt_<tenant>...`), so the id names a key to revoke."""
     created_at: datetime
     revoked_at: datetime | None
 

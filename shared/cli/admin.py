@@ -94,13 +94,14 @@ def key_create(tenant_id: str, name: str) -> None:
 @tenant_key.command("list")
 @click.argument("tenant_id")
 def key_list(tenant_id: str) -> None:
-    """The tenant's keys by prefix (the keys themselves are not stored)."""
+    """The tenant's keys by id and prefix (the keys themselves are not stored)."""
     cfg = load_settings()
 
-    async def run() -> list[tuple[str, str, str, str]]:
+    async def run() -> list[tuple[str, str, str, str, str]]:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
             return [
                 (
+                    str(k.id),
                     k.prefix,
                     k.name,
                     k.created_at.isoformat(),
@@ -110,7 +111,7 @@ def key_list(tenant_id: str) -> None:
             ]
 
     table = Table(title=f"API keys of {tenant_id}")
-    for col in ("prefix", "name", "created", "revoked"):
+    for col in ("id", "prefix", "name", "created", "revoked"):
         table.add_column(col)
     for row in _run(run()):
         table.add_row(*row)
@@ -119,32 +120,35 @@ def key_list(tenant_id: str) -> None:
 
 @tenant_key.command("revoke")
 @click.argument("tenant_id")
-@click.argument("prefix")
-def key_revoke(tenant_id: str, prefix: str) -> None:
-    """Revoke the key starting with PREFIX (from `key list`): refused from the next request."""
+@click.argument("key")
+def key_revoke(tenant_id: str, key: str) -> None:
+    """Revoke a key, named by its id (from `key list`), the whole key or its first
+    characters: refused from the next request."""
     cfg = load_settings()
 
     async def run() -> str:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            return (await revoke_api_key(session, prefix)).prefix
+            row = await revoke_api_key(session, key)
+            return f"{row.id} ({row.prefix}...)"
 
-    console.print(f"revoked {_run(run())}...")
+    console.print(f"revoked {_run(run())}")
 
 
 @tenant_key.command("rotate")
 @click.argument("tenant_id")
-@click.argument("prefix")
-def key_rotate(tenant_id: str, prefix: str) -> None:
-    """Issue a new key with the old one's name and revoke the old one, in one step."""
+@click.argument("key")
+def key_rotate(tenant_id: str, key: str) -> None:
+    """Issue a new key with the old one's name and revoke the old one (named as `revoke`
+    takes it), in one step."""
     cfg = load_settings()
 
-    async def run() -> str:
+    async def run() -> tuple[str, str]:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            old = await revoke_api_key(session, prefix)
-            return await issue_api_key(session, tenant_id, old.name)
+            old = await revoke_api_key(session, key)
+            return f"{old.id} ({old.prefix}...)", await issue_api_key(session, tenant_id, old.name)
 
-    key = _run(run())
-    console.print(f"revoked {prefix[:16]}...; new API key (shown once): {key}")
+    old, new = _run(run())
+    console.print(f"revoked {old}; new API key (shown once): {new}")
 
 
 @tenant.command("list")

@@ -57,27 +57,48 @@ async def list_api_keys(session: AsyncSession) -> list[ApiKey]:
     return list(await session.scalars(select(ApiKey).order_by(ApiKey.created_at.desc())))
 
 
-async def revoke_api_key(session: AsyncSession, prefix: str) -> ApiKey:
-    """Revoke the session tenant's live key that starts with `prefix` (at least the 16
-    characters `retrace tenant key list` shows); the router refuses it from its next request."""
-    if len(prefix) < 8:
-        raise UnknownKeyError("give at least the first 8 characters of the key")
+async def revoke_api_key(session: AsyncSession, ref: str) -> ApiKey:
+    """Revoke one of the session tenant's live keys, named by `ref`: its id (what `retrace
+    tenant key list` and GET /v1/keys show), the whole key, or the first characters of it
+    (at least 8; the 16 shown as its prefix name it only where the tenant id is short, so a
+    key whose prefix another live key shares is revoked by its id). The router refuses it
+    from its next request."""
+    key_id = _uuid_or_none(ref)
+    if key_id is not None:
+        row = await session.get(ApiKey, key_id)
+        if row is None or row.revoked_at is not None:
+            raise UnknownKeyError(f"no live key has the id {key_id}")
+        return await _revoked(session, row)
+    if len(ref) < 8:
+        raise UnknownKeyError("give the key's id, or at least the first 8 characters of the key")
     live = [
         k
         for k in await session.scalars(
-            select(ApiKey).where(ApiKey.revoked_at.is_(None), ApiKey.prefix.startswith(prefix[:16]))
+            select(ApiKey).where(ApiKey.revoked_at.is_(None), ApiKey.prefix.startswith(ref[:16]))
         )
-        if len(prefix) <= 16 or k.key_hash == hash_key(prefix)
+        if len(ref) <= 16 or k.key_hash == hash_key(ref)
     ]
     if len(live) != 1:
         raise UnknownKeyError(
-            f"no live key starts with {prefix[:16]!r}"
+            f"no live key starts with {ref[:16]!r}"
             if not live
-            else f"{len(live)} live keys start with {prefix[:16]!r}: give more of it"
+            else f"{len(live)} live keys start with {ref[:16]!r}: give the key's id (from the "
+            "list of keys) or the whole key"
         )
-    live[0].revoked_at = datetime.now(UTC)
+    return await _revoked(session, live[0])
+
+
+def _uuid_or_none(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+async def _revoked(session: AsyncSession, row: ApiKey) -> ApiKey:
+    row.revoked_at = datetime.now(UTC)
     await session.flush()
-    return live[0]
+    return row
 
 
 def _presented(key: str) -> Any:

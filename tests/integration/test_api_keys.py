@@ -43,3 +43,31 @@ async def test_revoke_and_rotate_by_prefix(store: Store) -> None:
         assert await tenant_for_key(session, first) is None
         assert await tenant_for_key(session, second) == "acme"
         assert await tenant_for_key(session, theirs) == "other"
+
+
+async def test_a_key_whose_prefix_others_share_is_revoked_by_its_id(store: Store) -> None:
+    """Issue 14 review: a key's shown prefix is its first 16 characters, `rt_<tenant>_...`,
+    so for a tenant id of 12 characters or more every key of the tenant has the same one, and
+    a leaked key the operator does not hold could not be revoked at all."""
+    tenant = "northwind-traders"
+    async with store.cross_tenant() as session:
+        await create_tenant(session, tenant)
+        await create_tenant(session, "other")
+    async with store.tenant(tenant) as session:
+        leaked = await issue_api_key(session, tenant, "leaked")
+        kept = await issue_api_key(session, tenant, "kept")
+        assert leaked[:16] == kept[:16]
+        with pytest.raises(UnknownKeyError, match="give the key's id"):
+            await revoke_api_key(session, leaked[:16])
+        rows = {k.name: k for k in await list_api_keys(session)}
+    async with store.tenant("other") as session:
+        with pytest.raises(UnknownKeyError, match="no live key has the id"):
+            await revoke_api_key(session, str(rows["leaked"].id))  # not the tenant's own
+    async with store.tenant(tenant) as session:
+        revoked = await revoke_api_key(session, str(rows["leaked"].id))
+        assert revoked.name == "leaked" and revoked.revoked_at is not None
+        with pytest.raises(UnknownKeyError, match="no live key has the id"):
+            await revoke_api_key(session, str(rows["leaked"].id))  # once
+    async with store.cross_tenant() as session:
+        assert await tenant_for_key(session, leaked) is None
+        assert await tenant_for_key(session, kept) == tenant

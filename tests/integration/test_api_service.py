@@ -162,6 +162,13 @@ async def test_keys_are_checked_rotated_and_revoked(api: Api) -> None:
     status, listed = await api.call("GET", "/v1/keys")
     assert [k["prefix"] for k in listed["data"]] == [made["key"][:16], old[:16]]
     assert "key" not in listed["data"][0]  # never shown again
+    # a key is also named by its id (its prefix names it only for a short tenant id)
+    status, spare = await api.call("POST", "/v1/keys")
+    listed_ids = {k["prefix"]: k["id"] for k in (await api.call("GET", "/v1/keys"))[1]["data"]}
+    status, revoked = await api.call("DELETE", f"/v1/keys/{listed_ids[spare['key'][:16]]}")
+    assert status == 200 and revoked["prefix"] == spare["key"][:16]
+    status, again = await api.call("DELETE", f"/v1/keys/{revoked['id']}")
+    assert status == 404 and "no live key" in again["error"]["message"]
 
 
 async def test_operator_routes_need_the_admin_key(api: Api) -> None:
