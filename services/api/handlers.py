@@ -62,6 +62,7 @@ from shared.errors import UNDECODABLE, PermanentError, RetryableError
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.logging import get_logger
 from shared.messages import CycleCompleted, CycleRequested, CycleSettings
+from shared.runtime.deadlines import body_deadline
 from shared.runtime.http import ACTING_FOR
 from shared.runtime.service import Service
 from shared.store import quotas
@@ -191,7 +192,9 @@ class ApiApp:
         self.service = service
 
     def routes(self, app: web.Application) -> None:
-        app.middlewares.extend([json_errors, refusals, self.authenticate])
+        app.middlewares.extend(
+            [json_errors, body_deadline(self.cfg.http.body_timeout_s), refusals, self.authenticate]
+        )
         r = app.router
         r.add_get("/v1/agents", self.list_agents)
         r.add_post("/v1/agents", self.create_agent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 IDLE_TIMEOUT_S = 30.0
 """Default: far longer than a client on a working network takes to send its headers, and
@@ -30,3 +31,17 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
         raise web.HTTPRequestTimeout(
             text=f"the request body did not arrive within {seconds:g} s"
         ) from None
+
+
+def body_deadline(seconds: float) -> Middleware:
+    """Middleware: a request's body read whole within `seconds` (else the 408 of
+    `read_body`) before its handler runs, for apps whose handlers read bodies themselves
+    (aiohttp keeps the bytes, so their own reads return at once)."""
+
+    @web.middleware
+    async def deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.body_exists:
+            await read_body(request, seconds)
+        return await handler(request)
+
+    return deadline

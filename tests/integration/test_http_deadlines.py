@@ -133,3 +133,32 @@ async def test_a_shutdown_grace_of_zero_does_not_wait_forever() -> None:
         await asyncio.wait_for(runner.cleanup(), 10)
         assert time.monotonic() - began < 5
         pending.cancel()
+
+
+async def test_the_control_api_cuts_off_idle_connections_and_late_bodies(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Its handlers and the console's sign-in (which takes no key) read bodies with no time
+    limit: a body sent a byte at a time held a connection and a handler for as long as the
+    client liked."""
+    from services.api.config import ApiConfig
+    from services.api.service import build
+    from tests.integration.test_delivery import eventually, healthy
+
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+    fields = {f: getattr(service_cfg, f) for f in ServiceConfig.__struct_fields__}
+    fields["http"] = HttpConfig(port=_free_port(), idle_timeout_s=IDLE_S, body_timeout_s=BODY_S)
+    service = build(ApiConfig(**fields))
+    run = asyncio.create_task(service.run())
+    try:
+        await eventually(lambda: healthy(service))
+        port = service.bound_port
+        assert port is not None
+        await _check_cut_off(port, {"Authorization": f"Bearer {key}"}, "/v1/agents")
+        await _check_cut_off(port, {}, "/console/login")
+    finally:
+        service.stop()
+        await run
