@@ -95,6 +95,7 @@ from shared.store.tenants import (
     list_api_keys,
     revoke_api_key,
     tenant_for_key,
+    well_formed,
 )
 from shared.store.work import NotCancellableError, cancel
 from shared.subjects import TENANT_RE
@@ -267,7 +268,9 @@ class ApiApp:
                             f"{tenant[:80]}` or POST /v1/admin/tenants)",
                         )
                 else:
-                    found = await tenant_for_key(session, presented)
+                    found = (
+                        await tenant_for_key(session, presented) if well_formed(presented) else None
+                    )
                     if found is None:
                         return error(401, "unknown or revoked API key")
                     tenant = found

@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from services.router.config import RouterConfig
 from services.router.conversations import History, Known, Recent
-from services.router.limits import SpendingExchange, TenantLimits
+from services.router.limits import Budget, SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
 from services.router.upstream import Upstream, UpstreamError
@@ -60,7 +60,7 @@ from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
 from shared.store.engine import STORE_ERRORS, not_the_store
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
-from shared.store.tenants import hash_key, live_key_and_quotas
+from shared.store.tenants import hash_key, live_key_and_quotas, well_formed
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
@@ -191,6 +191,7 @@ class RouterApp:
         """Writes answered turns (started with the service, which has the store)."""
         self.recent = Recent(cfg.recent_conversations)
         self.limits = TenantLimits()
+        self.key_lookups = Budget(cfg.key_lookups_per_s, cfg.key_lookup_burst)
         self.exchange: SpendingExchange | None = None
         """Shares `limits` with the deployment's other router processes (started with the
         service, which has the store's address)."""
@@ -256,7 +257,12 @@ class RouterApp:
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return error(401, "missing bearer token (a tenant API key)", "authentication_error")
-        key = await self._key(auth[7:].strip())
+        presented = auth[7:].strip()
+        if not well_formed(presented):  # no key of ours: refused without a lookup
+            return error(401, "unknown or revoked API key", "authentication_error")
+        key = await self._key(presented)
+        if isinstance(key, web.Response):
+            return key
         if key is None:
             return error(401, "unknown or revoked API key", "authentication_error")
         tenant = key.tenant
@@ -273,12 +279,22 @@ class RouterApp:
                 )
         return tenant
 
-    async def _key(self, presented: str) -> KeyView | None:
-        """The live key presented (from memory when it can be), or None."""
+    async def _key(self, presented: str) -> KeyView | web.Response | None:
+        """The live key presented (from memory when it can be), or None; a 503 when this
+        process has looked up too many keys it did not hold lately (`key_lookups_per_s`)."""
         hashed = hash_key(presented)
         now = time.monotonic()
         if self.keys is not None and (cached := self.keys.get(hashed, now)) is not None:
             return cached
+        wait_s = self.key_lookups.take()
+        if wait_s > 0:
+            if self.routed is not None:
+                self.routed.labels("-", "key_lookups_shed").inc()
+            return error(
+                503,
+                "too many keys this router does not know were presented at once; try again",
+                headers={"Retry-After": TenantLimits.retry_after(wait_s)},
+            )
         generation = self._generation()
         assert self.service is not None and self.service.store is not None
         async with self.service.store.cross_tenant() as session:

@@ -62,6 +62,31 @@ class _Bucket:
 
 
 @dataclass
+class Budget:
+    """One token bucket: `rate` a second, `burst` at once (the router's store lookups of keys
+    it does not hold in memory: `take` says how long to wait when it is spent)."""
+
+    rate: float
+    burst: int
+    clock: Callable[[], float] = time.monotonic
+    _tokens: float = field(init=False)
+    _updated: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._tokens, self._updated = float(self.burst), self.clock()
+
+    def take(self) -> float:
+        """0.0 when a token was spent, else the seconds until one is back."""
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._updated) * self.rate)
+        self._updated = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
+@dataclass
 class TenantLimits:
     """Each tenant's bucket, at the rate and burst its requests come with (its own quota, or
     the router's default)."""

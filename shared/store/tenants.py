@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import uuid
 from datetime import UTC, datetime
@@ -16,10 +17,19 @@ from shared.store.models import ApiKey, Tenant
 from shared.subjects import validate_tenant
 
 KEY_PREFIX = "rt_"
+KEY_TOKEN_BYTES = 24
+KEY_RE = re.compile(r"\Art_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_[A-Za-z0-9_-]{32}\Z")
+"""What `issue_api_key` makes (the prefix, the tenant id, 24 random bytes in URL-safe
+base64): anything else is no key of ours, refused without a store lookup."""
 
 
 class TenantExistsError(PermanentError):
     """A tenant with that id already exists."""
+
+
+def well_formed(key: str) -> bool:
+    """Whether `key` has the shape of a key `issue_api_key` makes."""
+    return KEY_RE.match(key) is not None
 
 
 def hash_key(key: str) -> str:
@@ -42,7 +52,7 @@ async def create_tenant(session: AsyncSession, tenant_id: str, name: str | None 
 
 async def issue_api_key(session: AsyncSession, tenant_id: str, name: str = "default") -> str:
     """Create a key for the session's tenant and return it; only its hash is kept."""
-    key = KEY_PREFIX + tenant_id + "_" + secrets.token_urlsafe(24)
+    key = KEY_PREFIX + tenant_id + "_" + secrets.token_urlsafe(KEY_TOKEN_BYTES)
     session.add(ApiKey(tenant_id=tenant_id, name=name, prefix=key[:16], key_hash=hash_key(key)))
     await session.flush()
     return key

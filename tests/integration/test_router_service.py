@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import secrets
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -715,6 +716,43 @@ async def test_a_tenant_over_its_rate_gets_429_with_retry_after(
         service.stop()
         await run
         await server.close()
+
+
+async def test_made_up_keys_cost_the_store_a_bounded_number_of_lookups(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Issue 14 review: every request with a key the router did not hold was a Postgres
+    query, so a flood of made-up bearer tokens was a flood of queries. A token not shaped
+    like a key is refused with no lookup; past `key_lookups_per_s` (and its burst) a key
+    the router does not hold gets a 503 with Retry-After, while keys in use go on."""
+    key = await _tenant_with_bot(store, "acme")
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url="http://127.0.0.1:9/v1"),
+        mode="base",
+        key_lookups_per_s=0.01,
+        key_lookup_burst=3,
+    )
+    url = f"http://127.0.0.1:{port}/v1/models"
+
+    async def status(token: str) -> tuple[int, dict[str, str]]:
+        async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.content_type == "application/json"
+            return r.status, dict(r.headers)
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            assert (await status(key))[0] == 200  # a lookup, then held in memory
+            for junk in ("nope", "sk-" + "x" * 48, key + "x", key[:-1]):
+                assert (await status(junk))[0] == 401  # no lookup spent
+            made_up = [f"rt_acme_{secrets.token_urlsafe(24)}" for _ in range(3)]
+            assert [(await status(k))[0] for k in made_up[:2]] == [401, 401]
+            code, headers = await status(made_up[2])
+            assert code == 503 and int(headers["Retry-After"]) >= 1
+            assert (await status(key))[0] == 200  # the key in use is not held back
+    finally:
+        service.stop()
+        await run
 
 
 async def _tenant_with_bot(store: Store, tenant: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.router.limits import OWED_S, Spent, TenantLimits, parse, payloads
+from services.router.limits import OWED_S, Budget, Spent, TenantLimits, parse, payloads
 
 
 class Clock:
@@ -27,6 +27,18 @@ def test_a_burst_then_the_rate_and_tenants_apart() -> None:
     assert limits.take("acme", 2.0, 3) == 0.0
     assert limits.take("acme", 2.0, 3) > 0
     assert TenantLimits.retry_after(0.2) == "1" and TenantLimits.retry_after(2.1) == "3"
+
+
+def test_a_budget_gives_its_burst_then_its_rate() -> None:
+    """The router's lookups of keys it does not hold: one bucket for the process."""
+    clock = Clock()
+    budget = Budget(4.0, 2, clock=clock)
+    assert [budget.take(), budget.take()] == [0.0, 0.0]
+    assert budget.take() == 0.25
+    clock.now = 0.25
+    assert budget.take() == 0.0 and budget.take() == 0.25
+    clock.now = 100.0  # idle: back to the burst, no more
+    assert [budget.take() for _ in range(3)] == [0.0, 0.0, 0.25]
 
 
 @given(st.floats(0.5, 50), st.integers(1, 20), st.lists(st.floats(0, 2), min_size=1, max_size=60))
