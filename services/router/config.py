@@ -66,13 +66,14 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
-    key_lookups_per_s: Annotated[float, msgspec.Meta(ge=0.001, le=1_000_000)] = 100.0
+    key_lookups_per_s: Annotated[float, msgspec.Meta(ge=0.001, le=1_000_000)] = 200.0
     """Store lookups a second, sustained, of presented keys this process does not hold in
     memory (new or unknown ones; keys in use are kept: `cache_s`); beyond it and
     `key_lookup_burst` such a request gets a 503 with Retry-After, so a flood of made-up keys
     costs Postgres no more than this. A token not shaped like a key is refused (401) without
     any lookup."""
-    key_lookup_burst: Annotated[int, msgspec.Meta(ge=1)] = 200
+    key_lookup_burst: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """Such lookups at once: a restarted router meets every key in use anew."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     """Answered turns waiting to be written (each is written after its reply is sent; while
     the store refuses them they wait, oldest first); at this many, new requests are refused
