@@ -29,6 +29,7 @@ import msgspec
 from services.router.recorder import Answered
 from shared.errors import UNDECODABLE
 from shared.logging import get_logger
+from shared.runtime.files import open_private
 
 log = get_logger(__name__)
 
@@ -68,19 +69,17 @@ class Spool:
 
     def put(self, turns: list[Answered]) -> Path:
         """Write `turns` to a new spool file; its path."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{uuid.uuid4()}.jsonl"
         partial = path.with_suffix(".partial")
-        with partial.open("wb") as fh:
+        with open_private(partial) as fh:  # conversations: the owner's alone
             _write(fh, turns)
         partial.replace(path)  # whole or absent
         return path
 
     def journal(self) -> Journal:
         """A journal of this process's own, locked from the start."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{uuid.uuid4()}.journal"
-        handle = path.open("ab")
+        handle = open_private(path)
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # new: nobody else has it
         return Journal(path, handle)
 

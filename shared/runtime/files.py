@@ -1,10 +1,11 @@
-"""Files that hold secrets (passwords, keys): written whole and readable by their owner
-alone from the first byte."""
+"""Files that hold secrets (passwords, keys) or users' content (spooled conversations):
+readable by their owner alone from the first byte."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_private(path: Path, text: str) -> None:
@@ -19,3 +20,12 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as out:
         out.write(text)
     partial.replace(path)
+
+
+def open_private(path: Path) -> BinaryIO:
+    """A new file at `path`, mode 600, open for appending bytes; created exclusively and
+    never through a link (what is there already, link or file, is an error). Its directory
+    is made owner-only where this makes it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    return os.fdopen(os.open(path, flags, 0o600), "ab")

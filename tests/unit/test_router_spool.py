@@ -5,6 +5,8 @@ every container start)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -62,6 +64,24 @@ def test_a_journal_is_its_router_s_until_it_dies(tmp_path: Path) -> None:
     [(_, mine)] = spool.claim()
     assert [t.messages[0]["content"] for t in mine] == ["one", "two"]
     held.delete()
+
+
+def test_spooled_conversations_are_the_owner_s_alone(tmp_path: Path) -> None:
+    """They hold users' whole conversations: spool files and journals were made with the
+    process's umask (world-readable under the usual 022), their directory too."""
+    was = os.umask(0o022)
+    try:
+        directory = tmp_path / "spool" / "router"
+        spool = Spool(directory)
+        path = spool.put([_turn("hello", True)])
+        journal = spool.journal()
+    finally:
+        os.umask(was)
+    journal.append([_turn("again", False)])
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(journal.path.stat().st_mode) == 0o600
+    journal.release()
 
 
 def test_a_partial_file_is_never_read_and_a_bad_line_costs_only_itself(tmp_path: Path) -> None:
