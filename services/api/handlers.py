@@ -58,6 +58,7 @@ from services.api.schema import (
 )
 from shared.cycle import ENDED, REQUEST, State, allowed
 from shared.envs.registry import available, canonical, get_environment, open_environment
+from shared.envs.remote.address import tenant_url_refusal
 from shared.errors import UNDECODABLE, PermanentError, RetryableError
 from shared.llm.errors_http import carries_key, json_errors, openai_error
 from shared.logging import get_logger
@@ -359,8 +360,20 @@ class ApiApp:
         one that cannot run is refused rather than failing the first cycle. An HTTP one is
         the tenant's own server: stored as given and first reached by the evaluator (this
         service fetches no URL a tenant names, and shows no answer of one). An `mcp:` file is
-        a path on the server: the operator's to name (the admin key), never a tenant's."""
+        a path on the server: the operator's to name (the admin key), never a tenant's. A
+        tenant's URL is a base URL on a public address unless the operator allows private
+        ones (`tenant_environments_private`): the services call it from inside the network."""
         if ref.startswith(("http://", "https://")):
+            private = self.cfg.tenant_environments_private or request.get(OPERATOR, False)
+            why = await tenant_url_refusal(ref, private)
+            if why is not None:
+                hint = (
+                    ""
+                    if private or "private network" not in why
+                    else " (the operator allows such addresses with "
+                    "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"
+                )
+                raise Refused(400, why + hint)
             return ref
         if ref.startswith("mcp:"):
             if not request.get(OPERATOR, False):

@@ -389,9 +389,33 @@ async def test_a_tenant_names_no_server_file_and_makes_the_api_fetch_no_url(api:
     status, out = await api.call("POST", "/v1/agents", body=agent)
     assert status == 403 and "only the operator" in out["error"]["message"], out
     assert "root" not in json.dumps(out)
-    nowhere = "http://127.0.0.1:1/secret?"
-    status, out = await api.call("POST", "/v1/agents", body={**agent, "environment": nowhere})
-    assert status == 201 and out["environment"] == nowhere  # never reached: port 1 is closed
+    public = "http://8.8.8.8:8600/env"  # stored, not reached
+    status, out = await api.call("POST", "/v1/agents", body={**agent, "environment": public})
+    assert status == 201 and out["environment"] == public
+    # the services would call it from inside the deployment: not its network, not the cloud's
+    # instance metadata, and no query or fragment that drops the protocol's own paths
+    for url, says in (
+        ("http://127.0.0.1:8600", "private network"),
+        ("http://10.1.2.3", "private network"),
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://[fe80::1]:8600", "link-local"),
+        ("http://8.8.8.8/secret?", "query"),
+        ("http://8.8.8.8/secret#", "fragment"),
+        ("http://user:pw@8.8.8.8/", "user or password"),
+        ("http://localhost:8600", "private network"),
+    ):
+        status, out = await api.call("PATCH", "/v1/agents/bot", body={"environment": url})
+        assert status == 400 and says in out["error"]["message"], (url, out)
+    # the operator names a server inside the network (the CLI on the server does)
+    status, out = await api.call(
+        "PATCH",
+        "/v1/agents/bot",
+        tenant="admin",
+        body={"environment": "http://127.0.0.1:8600"},
+        headers={"Retrace-Tenant": "acme"},
+    )
+    assert status == 200 and out["environment"] == "http://127.0.0.1:8600", out
     status, out = await api.call(
         "PATCH", "/v1/agents/bot", body={"environment": "mcp:/nonexistent/file.yaml"}
     )

@@ -19,9 +19,9 @@ from shared.bus import NatsBus
 from shared.config import ServiceConfig
 from shared.envs.protocol import Message, advance, grade, start
 from shared.envs.reference import reference_of
-from shared.envs.remote.client import EnvironmentProtocolError, HttpEnvironment
+from shared.envs.remote.client import ENV_HTTP_RETRY, EnvironmentProtocolError, HttpEnvironment
 from shared.envs.remote.server import environment_app
-from shared.envs.remote.wire import StepRequest, StepResponse
+from shared.envs.remote.wire import ResetRequest, ResetResponse, StepRequest, StepResponse
 from shared.envs.runner import run_episode
 from shared.errors import RetryableError
 from shared.retry import RetryPolicy
@@ -148,6 +148,41 @@ async def test_a_bad_answer_is_an_error_that_quotes_it(
                 client = await serve(FakeJudge(script("hi")))
                 result = await run_episode(client, "m", env, env.tasks()[0], 0)
                 assert result.env_error and quoted in (result.error or "")
+    finally:
+        await server.close()
+
+
+async def test_a_redirect_is_an_answer_not_a_place_to_go() -> None:
+    """An environment server could redirect the services anywhere inside the deployment (a
+    literal address is never resolved, so the resolver's guard would not see it), and the
+    answer there was quoted back in the episode's error: redirects are not followed."""
+    followed: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        if request.path == "/inside":
+            followed.append(request.path)
+            return web.Response(text="the deployment's secret")
+        # a GET (the task list) is sent on with a 302, a POST (every other call) with a 307
+        raise (
+            web.HTTPFound(f"http://127.0.0.1:{server.port}/inside")
+            if request.method == "GET"
+            else web.HTTPTemporaryRedirect(f"http://127.0.0.1:{server.port}/inside")
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        with pytest.raises(EnvironmentProtocolError) as refused:
+            await remote(f"http://127.0.0.1:{server.port}")
+        assert "secret" not in str(refused.value)
+        env = HttpEnvironment.__new__(HttpEnvironment)  # past the task list, to each call
+        env.name, env.base, env.policy = "e", f"http://127.0.0.1:{server.port}/v1", ENV_HTTP_RETRY
+        with pytest.raises(EnvironmentProtocolError) as refused:
+            await env.call("/reset", ResetRequest(task_id="a", seed=0), ResetResponse)
+        assert "secret" not in str(refused.value)
+        assert followed == []
     finally:
         await server.close()
 

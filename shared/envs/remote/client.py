@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
+from shared.envs.remote.address import GuardedResolver, check_resolved, checked_url
 from shared.envs.remote.wire import (
     PREFIX,
     ResetRequest,
@@ -48,6 +50,16 @@ QUOTE = 500
 """Characters of a bad body quoted in an error."""
 
 
+class _Unredirected(urllib.request.HTTPRedirectHandler):
+    """A redirect is the answer, not a place to go (it could lead anywhere)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_Unredirected)
+
+
 class EnvironmentProtocolError(PermanentError):
     """The environment answered, but not as the protocol says (the body is quoted)."""
 
@@ -60,7 +72,7 @@ class HttpEnvironment:
     """The protocol's client side; tasks are fetched once, when it is built."""
 
     def __init__(self, url: str, *, policy: RetryPolicy = ENV_HTTP_RETRY) -> None:
-        self.name = url
+        self.name = checked_url(url)
         self.base = url.rstrip("/") + PREFIX
         self.policy = policy
         self._tasks = [
@@ -87,9 +99,14 @@ class HttpEnvironment:
 
         async def once() -> T:
             async with (
-                aiohttp.ClientSession() as session,
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(resolver=GuardedResolver())
+                ) as session,
                 session.post(
-                    url, data=payload, headers={"Content-Type": "application/json"}
+                    url,
+                    data=payload,
+                    headers={"Content-Type": "application/json"},
+                    allow_redirects=False,  # a redirect could lead anywhere: it is an answer
                 ) as response,
             ):
                 text = await response.text(errors="replace")
@@ -104,8 +121,10 @@ class HttpEnvironment:
 
     def _fetch_tasks(self) -> TaskList:
         url = self.base + "/tasks"
+        parts = urllib.parse.urlsplit(url)
+        check_resolved(parts.hostname or "", parts.port or 80)
         try:
-            with urllib.request.urlopen(url, timeout=TASKS_TIMEOUT_S) as response:
+            with _NO_REDIRECTS.open(url, timeout=TASKS_TIMEOUT_S) as response:
                 status, text = response.status, response.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as exc:
             status, text = exc.code, exc.read().decode("utf-8", "replace")

@@ -1,0 +1,164 @@
+"""Where an HTTP environment may be reached. A tenant names its environment server by URL and
+retrace's services, inside the deployment, call it: without limits that is a request to any
+address the deployment can reach (its database, its model server, a cloud's instance
+metadata with its credentials) whose answer comes back quoted in an error.
+
+- The URL is a base: `http(s)://host[:port][/path]`, no user, query or fragment (those let
+  a URL drop the protocol's paths and choose any: `http://host/secret?` or `#`).
+- Never reached, whoever named it: link-local addresses (instance metadata at
+  169.254.169.254, fe80::/10), the metadata addresses outside them (`fd00:ec2::254`,
+  `100.100.100.200`), multicast, unspecified and reserved ones, also as IPv4 in IPv6. The
+  services resolve a name through `GuardedResolver`, which refuses such an answer, so a
+  name cannot point there between a check and the connection.
+- A tenant's URL (the control API) must also be public (`ipaddress`'s `is_global`) unless
+  the operator allows private and loopback ones (`RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE`):
+  `tenant_url_refusal`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from aiohttp.abc import ResolveResult
+from aiohttp.resolver import ThreadedResolver
+
+from shared.errors import PermanentError
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+METADATA = frozenset(
+    ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200", "169.254.169.254")
+)
+"""Cloud instance-metadata addresses (AWS over IPv6, Alibaba; the link-local one of most)."""
+
+
+class EnvironmentAddressError(PermanentError):
+    """An environment URL that retrace will not call (its shape, or where it leads)."""
+
+
+def checked_url(url: str) -> str:
+    """`url` if it is a base URL an environment may have, else an `EnvironmentAddressError`
+    saying what is wrong. A host given as an address is checked here (`refusal`); a name is
+    checked when it is resolved."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise EnvironmentAddressError(
+            f"environment URL {url[:200]!r} is malformed: {exc}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EnvironmentAddressError(
+            f"environment URL {url[:200]!r} must be http(s)://host[:port][/path]"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise EnvironmentAddressError(
+            f"environment URL {url[:200]!r} carries a user or password: give the base URL only"
+        )
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise EnvironmentAddressError(
+            f"environment URL {url[:200]!r} has a query or fragment: give the base URL only "
+            "(the protocol's paths are added to it)"
+        )
+    if port == 0:
+        raise EnvironmentAddressError(f"environment URL {url[:200]!r} names port 0")
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise EnvironmentAddressError(f"environment URL {url[:200]!r} contains whitespace")
+    literal = _literal(parts.hostname)
+    if literal is not None and (why := refusal(literal)) is not None:
+        raise EnvironmentAddressError(f"environment URL {url[:200]!r} leads to {why}")
+    return url
+
+
+def refusal(ip: IpAddress) -> str | None:
+    """Why no environment is reached at `ip`, or None."""
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    address = mapped or ip  # an IPv4 address written in IPv6 leads to the IPv4 one
+    if address in METADATA:
+        return f"a cloud instance-metadata address ({ip})"
+    if address.is_link_local:
+        return f"a link-local address ({ip})"
+    if address.is_multicast or address.is_unspecified:
+        return f"an address no server has ({ip})"
+    if address.is_reserved and not (address.is_loopback or address.is_private):
+        return f"an address no server has ({ip})"  # (::1 lies in a reserved block)
+    return None
+
+
+def tenant_refusal(ip: IpAddress, private_allowed: bool) -> str | None:
+    """Why a tenant's environment may not be at `ip`, or None: `refusal`, then (unless the
+    operator allows them) an address that is not public."""
+    why = refusal(ip)
+    if why is not None or private_allowed:
+        return why
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    if not (mapped or ip).is_global:
+        return f"an address inside a private network or this machine ({ip})"
+    return None
+
+
+async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
+    """Why the control API refuses a tenant's environment URL, or None: its shape
+    (`checked_url`), then every address its host resolves to (`tenant_refusal`). The URL is
+    not fetched."""
+    try:
+        checked_url(url)
+    except EnvironmentAddressError as exc:
+        return str(exc)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(
+            host, parts.port or 80, type=socket.SOCK_STREAM
+        )
+    except (OSError, UnicodeError) as exc:
+        return f"environment host {host[:200]!r} does not resolve: {exc}"
+    for *_, sockaddr in found:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        why = tenant_refusal(ip, private_allowed)
+        if why is not None:
+            return f"environment URL {url[:200]!r} leads to {why}"
+    return None
+
+
+def check_resolved(host: str, port: int) -> None:
+    """Resolve `host` now and refuse it where any of its addresses is refused (`refusal`);
+    for a caller that cannot use `GuardedResolver`."""
+    literal = _literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return  # the connection then fails as unreachable, and is retried
+        addresses = [ipaddress.ip_address(str(s[0]).split("%", 1)[0]) for *_, s in found]
+    for ip in addresses:
+        why = refusal(ip)
+        if why is not None:
+            raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
+
+
+class GuardedResolver(ThreadedResolver):
+    """aiohttp's resolver, refusing a name any of whose addresses is refused (`refusal`)
+    with an `EnvironmentAddressError`, which is not retried."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await super().resolve(host, port, family)
+        for result in found:
+            why = refusal(ipaddress.ip_address(result["host"].split("%", 1)[0]))
+            if why is not None:
+                raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
+        return found
+
+
+def _literal(host: str) -> IpAddress | None:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
