@@ -293,11 +293,18 @@ class ModelServer:
         job = asyncio.ensure_future(
             self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
         )
-        while not job.done() or chunks:
-            while chunks:
-                await response.write(chunks.pop(0))
-            if not job.done():
-                await asyncio.wait([job], timeout=0.02)
+        try:
+            while not job.done() or chunks:
+                while chunks:
+                    await response.write(chunks.pop(0))
+                if not job.done():
+                    await asyncio.wait([job], timeout=0.02)
+        except ConnectionResetError:
+            log.debug("caller left a stream", model=req.model)
+            self._count(req.model, "caller_left")
+            return response
+        finally:
+            job.cancel()  # done already, or its caller gone: the engine drops its rows
         outputs = job.result()
         for i, out in enumerate(outputs):
             message, finish = _message(prefix + out.text, tools)

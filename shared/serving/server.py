@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from aiohttp import web
 
 from shared.logging import get_logger
 from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
@@ -82,10 +83,24 @@ def load(cfg: ServeConfig) -> tuple[ModelServer, Engine]:
     return server, engine
 
 
+async def start_server(server: ModelServer, cfg: ServeConfig) -> web.AppRunner:
+    """`server` listening on `cfg.host:cfg.port`, as `retrace serve-model` runs it: a handler
+    whose caller has gone is cancelled, and with it the generation it waits for (the engine
+    drops a row whose caller went away at its next step) instead of finishing a reply
+    nobody reads."""
+    return await listen(
+        server.app(),
+        cfg.host,
+        cfg.port,
+        idle_timeout_s=cfg.idle_timeout_s,
+        cancel_on_disconnect=True,
+    )
+
+
 async def serve(cfg: ServeConfig) -> None:
     server, engine = await asyncio.to_thread(load, cfg)
     engine.start()
-    runner = await listen(server.app(), cfg.host, cfg.port, idle_timeout_s=cfg.idle_timeout_s)
+    runner = await start_server(server, cfg)
     log.info(
         "model server ready",
         model=server.served_name,

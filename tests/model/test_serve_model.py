@@ -436,3 +436,49 @@ async def test_response_format_is_followed_or_refused(client: TestClient) -> Non
     schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
     refused = await post(client, chat("hi", response_format=schema), 400)
     assert "json_schema" in refused["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_caller_who_leaves_stops_the_generation(
+    loaded: tuple[object, Engine], stream: bool
+) -> None:
+    """A caller gone (a router's client that left, a timeout) went on costing the engine
+    its whole reply: a stream's generation was never cancelled, and aiohttp finishes a
+    plain request's handler whose caller has gone. As `retrace serve-model` listens, both
+    stop within a step or two."""
+    import aiohttp
+
+    from shared.serving.server import ServeConfig, start_server
+
+    server, engine = loaded
+    runner = await start_server(server, ServeConfig(model="smollm2", host="127.0.0.1", port=0))  # type: ignore[arg-type]
+    port = runner.addresses[0][1]
+    # sampled, a small model rambles on rather than stop (greedy, it stops within 20 tokens)
+    story = "Write a very long story about a dragon and a lighthouse keeper."
+    body = chat(story, max_tokens=1500, stream=stream, temperature=1.0, seed=7)
+    try:
+        async with aiohttp.ClientSession() as http:
+            sent = asyncio.ensure_future(
+                http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+            )
+            before = engine.stats.generated_tokens
+
+            async def generating() -> int:
+                await asyncio.sleep(1.0)
+                return engine.stats.generated_tokens
+
+            assert await generating() > before  # under way
+            if stream:
+                reply = await sent
+                await reply.content.readany()
+                reply.close()  # the connection goes with it
+            else:
+                sent.cancel()  # the caller gives up before the reply
+        left = engine.stats.generated_tokens
+        await asyncio.sleep(1.5)
+        settled = engine.stats.generated_tokens
+        await asyncio.sleep(1.5)
+        assert engine.stats.generated_tokens == settled  # stopped
+        assert settled - before < 1500 and settled - left < 100
+    finally:
+        await runner.cleanup()
