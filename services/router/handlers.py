@@ -634,6 +634,12 @@ class RouterApp:
                         for line in lines:
                             _accumulate(line, content, calls)
                     _accumulate(partial, content, calls)
+                except ConnectionResetError:
+                    # the caller left: the endpoint's stream is closed (it stops generating),
+                    # and a turn whose reply nobody saw whole is not recorded
+                    self._count(headers, "caller_left")
+                    log.debug("caller left a stream", target=headers[ADAPTER_HEADER])
+                    return out
                 except (UpstreamError, TimeoutError) as exc:
                     # the endpoint broke off (or timed out) mid-reply: the status went out
                     # with the first chunk, so the stream ends with an error event, OpenAI's

@@ -60,6 +60,12 @@ class Upstream:
         self.chatting = asyncio.Event()
         self.bodies: list[bytes] = []
         """Every chat request's body as it arrived."""
+        self.more: tuple[str, ...] = ()
+        """Pieces a stream sends after its reply's two."""
+        self.pause = 0.01
+        """Seconds inside each streamed event."""
+        self.streams_cut = 0
+        """Streams whose reader went away before the end."""
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -111,13 +117,17 @@ class Upstream:
             )
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        for piece in ("Sure", ", done."):
+        for piece in ("Sure", ", done.", *self.more):
             chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
             event = f"data: {json.dumps(chunk)}\n\n".encode()
             # each event in two reads, split inside its JSON: the router reassembles lines
-            await out.write(event[:20])
-            await asyncio.sleep(0.01)
-            await out.write(event[20:])
+            try:
+                await out.write(event[:20])
+                await asyncio.sleep(self.pause)
+                await out.write(event[20:])
+            except (ConnectionResetError, asyncio.CancelledError):
+                self.streams_cut += 1  # (a test server cancels a handler whose caller left)
+                raise
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
@@ -753,6 +763,42 @@ async def test_made_up_keys_cost_the_store_a_bounded_number_of_lookups(
     finally:
         service.stop()
         await run
+
+
+async def test_a_caller_who_leaves_a_stream_closes_the_endpoint_s_and_no_turn_is_kept(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14 review: the router's write to a caller who had left raised out of the
+    handler: an error logged with its traceback, a 500 tried on a reply already begun, and
+    the endpoint's stream read on to its end."""
+    url, key, upstream, _ = router
+    upstream.more, upstream.pause = tuple(f" word {i}" for i in range(40)), 0.1
+    failures: list[str] = []
+    monkeypatch.setattr(
+        "shared.llm.errors_http.log.exception", lambda event, **kw: failures.append(event)
+    )
+    body = {
+        "model": "bot",
+        "stream": True,
+        "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse."}],
+    }
+    async with aiohttp.ClientSession() as http:
+        reply = await http.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        )
+        assert reply.status == 200
+        cid = reply.headers["X-Retrace-Conversation"]
+        await reply.content.readany()
+        reply.close()  # gone after the first piece
+    async def cut() -> bool:
+        return upstream.streams_cut == 1
+
+    await eventually(cut, within=10)  # long before its end (40 pieces, 0.1 s each)
+    assert failures == []
+    async with store.tenant("acme") as session:
+        assert await session.get(Conversation, uuid.UUID(cid)) is None  # nothing kept
 
 
 async def _tenant_with_bot(store: Store, tenant: str) -> str:
