@@ -96,7 +96,8 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
     # issue 14: these were 500s carrying the internal exception
     deep = b'{"model": "smollm2", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
     no_function = chat("hi", tools=[{"type": "function"}])
-    invalid_utf8 = b'{"model": "smollm2", "messages": "\xff\xfe"}'
+    # inside a string value, where a decoder that accepts the JSON meets the bytes
+    invalid_utf8 = b'{"model": "smollm2", "messages": [{"role": "user", "content": "\xff\xfe"}]}'
     for raw in (invalid_utf8, deep):
         resp = await client.post(
             "/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
@@ -174,30 +175,43 @@ async def test_bad_completion_requests_get_clear_errors(client: TestClient) -> N
     )
 
 
-async def test_required_tool_choice_yields_a_tool_call_or_a_reported_error(
-    client: TestClient,
-) -> None:
+async def test_tool_choice_required_or_named_is_a_call_of_that_tool(client: TestClient) -> None:
+    """Constrained decoding holds the reply to a call: `required`, one of the offered tools;
+    a named function, that one even where the request asks for another."""
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    tools = [*TOOLS, weather]
     data = await post(
-        client, chat("Wake me at 7:30.", tools=TOOLS, tool_choice="required", max_tokens=40)
+        client, chat("Wake me at 7:30.", tools=tools, tool_choice="required", max_tokens=120)
     )
-    message = data["choices"][0]["message"]
-    assert message.get("tool_calls") or message.get("tool_call_errors"), message
-    for call in message.get("tool_calls") or []:
-        assert call["function"]["name"] and isinstance(
-            json.loads(call["function"]["arguments"]), dict
+    choice = data["choices"][0]
+    calls = choice["message"]["tool_calls"]
+    assert choice["finish_reason"] == "tool_calls" and calls, choice
+    for call in calls:
+        assert call["function"]["name"] in ("set_alarm", "get_weather")
+        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    for name in ("set_alarm", "get_weather"):
+        named = await post(
+            client,
+            chat(
+                "Wake me at 7:30.",
+                tools=tools,
+                max_tokens=120,
+                tool_choice={"type": "function", "function": {"name": name}},
+            ),
         )
-    named = await post(
-        client,
-        chat(
-            "Wake me at 7:30.",
-            tools=TOOLS,
-            max_tokens=40,
-            tool_choice={"type": "function", "function": {"name": "set_alarm"}},
-        ),
-    )
-    msg = named["choices"][0]["message"]
-    names = [c["function"]["name"] for c in msg.get("tool_calls") or []]
-    assert names == ["set_alarm"] or msg.get("tool_call_errors"), msg
+        msg = named["choices"][0]["message"]
+        assert [c["function"]["name"] for c in msg["tool_calls"]] == [name], msg
 
 
 async def _logprobs(client: TestClient, model: str) -> list[float]:
