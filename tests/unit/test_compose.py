@@ -357,12 +357,19 @@ def _own(service: str | None) -> set[str]:
     return own
 
 
-def test_router_publishes_8080(services: dict[str, dict[str, Any]]) -> None:
+def test_router_publishes_8080_on_this_machine_by_default(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The secrets' defaults are written in compose.yaml, and a bare "8080:8080" published
+    the router (its /metrics readable with the default key) to every network the machine
+    is on: the router and the control API are on 127.0.0.1 unless the operator says."""
     ports = services["router"].get("ports") or []
-    assert "8080:8080" in [str(p) for p in ports] or any(
-        isinstance(p, dict) and p.get("target") == 8080 and p.get("published") == 8080
-        for p in ports
-    ), ports
+    assert "${RETRACE_PUBLISH_HOST:-127.0.0.1}:8080:8080" in [str(p) for p in ports], ports
+    assert services["api"].get("ports") == ["${RETRACE_PUBLISH_HOST:-127.0.0.1}:8090:8090"]
+    for name, svc in services.items():
+        for port in svc.get("ports") or []:
+            host = str(port).rsplit(":", 2)[0]
+            assert host in ("127.0.0.1", "${RETRACE_PUBLISH_HOST:-127.0.0.1}"), (name, port)
     # Only the public APIs (the router, the control API) and the model gate publish ports.
     for name, svc in services.items():
         if svc.get("ports"):
