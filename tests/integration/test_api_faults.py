@@ -84,3 +84,64 @@ async def test_a_cycle_started_while_nats_is_down_is_a_503_then_published_once(
         service.stop()
         await run
         server.kill()
+
+
+async def test_the_store_down_is_a_503_with_retry_after_and_nothing_half_written(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Postgres out of reach (every connection through a forwarder dropped, new ones
+    refused; the server itself is shared and stays up): each route answers a 503 in the
+    OpenAI shape with Retry-After, an agent asked for meanwhile is not half made, and the
+    API serves again once the store is back."""
+    from sqlalchemy import func, select
+    from sqlalchemy.engine import make_url
+
+    from shared.store.models import Agent
+    from tests.support.tcp_proxy import TcpProxy
+
+    url = make_url(service_cfg.database.url)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    await proxy.start()
+    through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    database = msgspec.structs.replace(service_cfg.database, url=through)
+    fields = {f: getattr(service_cfg, f) for f in ServiceConfig.__struct_fields__}
+    service = build(ApiConfig(**{**fields, "database": database}))
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        key = await issue_api_key(session, "acme")
+    run = asyncio.create_task(service.run())
+
+    async def agents() -> int:
+        async with store.tenant("acme") as session:
+            return int(await session.scalar(select(func.count()).select_from(Agent)) or 0)
+
+    try:
+        await eventually(lambda: healthy(service), within=60)
+        api = f"http://127.0.0.1:{service.bound_port}/v1"
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"}) as http:
+            made = {"name": "bot", "model": "m", "environment": "toolbox"}
+            async with http.post(f"{api}/agents", json=made) as r:
+                assert r.status == 201, await r.text()
+            await proxy.cut()
+            for method, path, body in (
+                ("GET", "/agents", None),
+                ("POST", "/agents", {**made, "name": "bot-2"}),
+                ("GET", "/keys", None),
+            ):
+                async with http.request(method, api + path, json=body) as r:
+                    refused = await r.json()
+                    assert r.status == 503 and int(r.headers["Retry-After"]) >= 1, refused
+                    assert refused["error"]["code"] == 503, refused
+            await proxy.restore()
+
+            async def serving() -> bool:
+                async with http.get(f"{api}/agents") as r:
+                    return r.status == 200
+
+            await eventually(serving, within=30)
+        assert await agents() == 1  # bot, and no half of bot-2
+    finally:
+        service.stop()
+        await run
+        await proxy.close()
