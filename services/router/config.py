@@ -66,6 +66,12 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
+    max_request_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = 65_536
+    """Completion tokens one request may ask for, `n` times its `max_completion_tokens` (or
+    `max_tokens`): above, a 400; a request that names no limit is sent with this one shared
+    among its `n` choices (`RETRACE_ROUTER_MAX_REQUEST_TOKENS`; None: the endpoint's
+    default). A tenant's rate counts requests, so without it one request could ask for the
+    context window sixteen times over."""
     key_lookups_per_s: Annotated[float, msgspec.Meta(ge=0.001, le=1_000_000)] = 200.0
     """Store lookups a second, sustained, of presented keys this process does not hold in
     memory (new or unknown ones; keys in use are kept: `cache_s`); beyond it and

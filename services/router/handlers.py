@@ -38,7 +38,7 @@ from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
 from shared.llm.errors_http import json_errors, openai_error
-from shared.llm.openai_types import ChatRequest, ErrorBody, ErrorResponse
+from shared.llm.openai_types import MAX_N, ChatRequest, ErrorBody, ErrorResponse
 from shared.logging import get_logger
 from shared.routing import pack as routing_pack
 from shared.routing.modes import (
@@ -376,6 +376,18 @@ class RouterApp:
             return error(400, f"invalid chat request: {str(exc)[:500]}")
         if not req.messages:
             return error(400, "messages must not be empty")
+        if not 1 <= req.n <= MAX_N:
+            return error(400, f"n must be between 1 and {MAX_N}, not {req.n}")
+        cap = self.cfg.max_request_tokens
+        asked = req.max_completion_tokens or req.max_tokens
+        if cap is not None and asked is None:
+            body["max_tokens"] = msgspec.Raw(b"%d" % max(1, cap // req.n))
+        elif cap is not None and asked is not None and asked * req.n > cap:
+            return error(
+                400,
+                f"n x max_tokens asks for {asked * req.n} tokens; this router allows {cap} a "
+                "request",
+            )
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
         # Short transactions, none held across a model or endpoint call, and none at all when

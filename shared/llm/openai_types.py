@@ -18,6 +18,10 @@ class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=Tr
     json_schema: dict[str, Any] | None = None
 
 
+MAX_N = 16
+"""Choices one chat request may ask for (serve-model's and the router's limit)."""
+
+
 class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     """POST /v1/chat/completions body."""
 

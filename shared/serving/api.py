@@ -28,6 +28,7 @@ from shared.envs.protocol import ToolCall, ToolCallFunction
 from shared.errors import UNDECODABLE
 from shared.llm.errors_http import json_errors, openai_error
 from shared.llm.openai_types import (
+    MAX_N,
     ChatRequest,
     ChatResponse,
     Choice,
@@ -56,7 +57,6 @@ from shared.serving.prompts import PromptBuilder
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
-MAX_N = 16
 MIN_TEMPERATURE = 1e-3
 """Below this, float32 logits overflow when divided by the temperature."""
 MAX_SEED = 2**63 - MAX_N

@@ -449,7 +449,10 @@ async def test_a_request_reaches_the_endpoint_as_sent_but_for_its_model(
     url, key, upstream, _ = router
     messages = '[{"role": "user", "content": "Who painted the Mona Lisa?"}]'
     vendor = '{"b": [1, 2.50, "caf\\u00e9"], "a": 1e2}'
-    raw = f'{{"model": "bot", "temperature": 0.10, "messages": {messages}, "x_vendor": {vendor}}}'
+    raw = (
+        f'{{"model": "bot", "temperature": 0.10, "max_tokens": 64, "messages": {messages}, '
+        f'"x_vendor": {vendor}}}'
+    )
     async with (
         aiohttp.ClientSession() as http,
         http.post(
@@ -464,9 +467,38 @@ async def test_a_request_reaches_the_endpoint_as_sent_but_for_its_model(
     assert (
         sent
         == (
-            f'{{"model":"{target}","temperature":0.10,"messages":{messages},"x_vendor":{vendor}}}'
+            f'{{"model":"{target}","temperature":0.10,"max_tokens":64,"messages":{messages},'
+            f'"x_vendor":{vendor}}}'
         ).encode()
     )
+
+
+async def test_a_request_asks_for_so_many_tokens_at_most(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """Issue 14 review: a tenant's rate counts requests, and one request could ask for
+    sixteen choices of the whole context window. n x max_tokens is held to the router's
+    `max_request_tokens` (65,536 by default); a request naming no limit is sent with that
+    one shared among its choices."""
+    url, key, upstream, _ = router
+    ask = [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    async with aiohttp.ClientSession() as http:
+        for extra, says in (
+            ({"n": 17}, "n must be between 1 and 16"),
+            ({"n": 0}, "n must be between 1 and 16"),
+            ({"n": 16, "max_tokens": 8192}, "asks for 131072 tokens"),
+            ({"n": 2, "max_completion_tokens": 40_000}, "allows 65536"),
+        ):
+            status, _, refused = await _chat(
+                http, url, key, {"model": "bot", "messages": ask, **extra}
+            )
+            assert status == 400 and says in refused["error"]["message"], (extra, refused)
+        assert upstream.bodies == []  # none reached the endpoint
+        for extra in ({"n": 4}, {"n": 2, "max_tokens": 100}):
+            status, _, _ = await _chat(http, url, key, {"model": "bot", "messages": ask, **extra})
+            assert status == 200
+    sent = [json.loads(b) for b in upstream.bodies]
+    assert sent[0]["max_tokens"] == 16_384 and sent[1]["max_tokens"] == 100
 
 
 async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
@@ -792,6 +824,7 @@ async def test_a_caller_who_leaves_a_stream_closes_the_endpoint_s_and_no_turn_is
         cid = reply.headers["X-Retrace-Conversation"]
         await reply.content.readany()
         reply.close()  # gone after the first piece
+
     async def cut() -> bool:
         return upstream.streams_cut == 1
 
