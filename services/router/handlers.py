@@ -379,7 +379,7 @@ class RouterApp:
         if not 1 <= req.n <= MAX_N:
             return error(400, f"n must be between 1 and {MAX_N}, not {req.n}")
         cap = self.cfg.max_request_tokens
-        asked = req.max_completion_tokens or req.max_tokens
+        asked = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
         if cap is not None and asked is None:
             body["max_tokens"] = msgspec.Raw(b"%d" % max(1, cap // req.n))
         elif cap is not None and asked is not None and asked * req.n > cap:
