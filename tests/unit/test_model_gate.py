@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from shared.serving.gate import ModelGate
 from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
+from tests.support.raw_http import raw_status
 
 CHAT = {"model": "base", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -366,15 +367,8 @@ async def test_a_gate_the_engine_refuses_says_so_as_a_502(
 async def test_an_authorization_header_that_is_not_utf8_is_a_401(client: TestClient) -> None:
     """It was a 500, whose traceback (console log format) showed the key it was compared to."""
     assert client.server.port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
-    writer.write(
-        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
-        b"Connection: close\r\n\r\n"
-    )
-    await writer.drain()
-    answer = await reader.read()
-    writer.close()
-    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    head = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe"
+    assert await raw_status(client.server.port, head) == 401
 
 
 @pytest.mark.parametrize("stream", [True, False])

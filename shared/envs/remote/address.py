@@ -117,8 +117,7 @@ async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
     except (OSError, UnicodeError) as exc:
         return f"environment host {host[:200]!r} does not resolve: {exc}"
     for *_, sockaddr in found:
-        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        why = tenant_refusal(ip, private_allowed)
+        why = tenant_refusal(_ip(str(sockaddr[0])), private_allowed)
         if why is not None:
             return f"environment URL {url[:200]!r} leads to {why}"
     return None
@@ -135,7 +134,7 @@ def check_resolved(host: str, port: int) -> None:
             found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError):
             return  # the connection then fails as unreachable, and is retried
-        addresses = [ipaddress.ip_address(str(s[0]).split("%", 1)[0]) for *_, s in found]
+        addresses = [_ip(str(s[0])) for *_, s in found]
     for ip in addresses:
         why = refusal(ip)
         if why is not None:
@@ -151,14 +150,19 @@ class GuardedResolver(ThreadedResolver):
     ) -> list[ResolveResult]:
         found = await super().resolve(host, port, family)
         for result in found:
-            why = refusal(ipaddress.ip_address(result["host"].split("%", 1)[0]))
+            why = refusal(_ip(result["host"]))
             if why is not None:
                 raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
         return found
 
 
+def _ip(text: str) -> IpAddress:
+    """An address as resolvers write it (an IPv6 one may end in its zone, `%eth0`)."""
+    return ipaddress.ip_address(text.split("%", 1)[0])
+
+
 def _literal(host: str) -> IpAddress | None:
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0])
+        return _ip(host)
     except ValueError:
         return None
