@@ -76,6 +76,9 @@ def test_a_cycle_started_with_a_key_trains_an_adapter_that_is_promoted(
         "RETRACE_TRAIN_MAX_JOBS": "1",
         # two steps' groups sampled as one batch of 16, as the demo does on a CPU
         "RETRACE_TRAIN_SAMPLE_AHEAD": "1",
+        # the tenant's environment server runs on this machine: the operator allows that
+        # (a tenant's URL must otherwise lead to public addresses)
+        "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE": "true",
     }
     with serve_in_thread(environment_app(CodebookEnvironment())) as url:
         target = url.removesuffix("/v1")
