@@ -75,8 +75,7 @@ def checked_url(url: str) -> str:
 
 def refusal(ip: IpAddress) -> str | None:
     """Why no environment is reached at `ip`, or None."""
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    address = mapped or ip  # an IPv4 address written in IPv6 leads to the IPv4 one
+    address = _leads_to(ip)
     if address in METADATA:
         return f"a cloud instance-metadata address ({ip})"
     if address.is_link_local:
@@ -94,8 +93,7 @@ def tenant_refusal(ip: IpAddress, private_allowed: bool) -> str | None:
     why = refusal(ip)
     if why is not None or private_allowed:
         return why
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    if not (mapped or ip).is_global:
+    if not _leads_to(ip).is_global:
         return f"an address inside a private network or this machine ({ip})"
     return None
 
@@ -154,6 +152,12 @@ class GuardedResolver(ThreadedResolver):
             if why is not None:
                 raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
         return found
+
+
+def _leads_to(ip: IpAddress) -> IpAddress:
+    """The address a connection to `ip` reaches: an IPv4 one written in IPv6 is that one."""
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return mapped or ip
 
 
 def _ip(text: str) -> IpAddress:
