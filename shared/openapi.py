@@ -24,6 +24,8 @@ class Route:
     media: str = "application/json"
     secured: bool = True
     """Needs the bearer key."""
+    body_optional: bool = False
+    """Whether the route also takes no body at all (its Struct's defaults)."""
 
 
 def document(
@@ -52,7 +54,7 @@ def document(
         }
         if route.request is not None:
             operation["requestBody"] = {
-                "required": True,
+                "required": not route.body_optional,
                 "content": {"application/json": {"schema": ref[route.request]}},
             }
         operation["security"] = [{"bearer": []}] if route.secured else []

@@ -33,7 +33,7 @@ from shared.store.models import (
     Evaluation,
     Trajectory,
 )
-from shared.store.tenants import tenant_for_key
+from shared.store.tenants import live_key, scope_refusal, well_formed
 
 COOKIE = "retrace_key"
 STYLE = """
@@ -215,18 +215,28 @@ class Console:
         """The signed-in tenant, or a redirect to the sign-in page."""
         key = request.cookies.get(COOKIE, "")
         if key:
-            async with self.store.cross_tenant() as session:
-                tenant = await tenant_for_key(session, key)
+            tenant, _, _ = await self._signed_in(key)
             if tenant is not None:
                 return tenant
         raise web.HTTPSeeOther("/console/login")
+
+    async def _signed_in(self, key: str) -> tuple[str | None, str, int]:
+        """The tenant `key` signs in, or None with why not and the status to answer (401
+        unknown or revoked; 403 for a key whose scope does not reach the console: an
+        application's `inference` key)."""
+        async with self.store.cross_tenant() as session:
+            row = await live_key(session, key) if well_formed(key) else None
+        if row is None:
+            return None, "unknown or revoked key", 401
+        why = scope_refusal(row.scope, "console")
+        return (row.tenant_id, "", 200) if why is None else (None, why, 403)
 
     async def home(self, request: web.Request) -> web.Response:
         await self.tenant(request)
         raise web.HTTPSeeOther("/console/agents")
 
-    async def login_form(self, request: web.Request, failed: bool = False) -> web.Response:
-        note = '<p class="failed state">unknown or revoked key</p>' if failed else ""
+    async def login_form(self, request: web.Request, failed: str = "") -> web.Response:
+        note = f'<p class="failed state">{esc(failed)}</p>' if failed else ""
         return page(
             "Sign in",
             f'{note}<form class="login" method="post" action="/console/login">'
@@ -239,11 +249,10 @@ class Console:
     async def login(self, request: web.Request) -> web.Response:
         form = await request.post()
         key = str(form.get("key", "")).strip()
-        async with self.store.cross_tenant() as session:
-            tenant = await tenant_for_key(session, key)
+        tenant, why, status = await self._signed_in(key)
         if tenant is None:
-            response = await self.login_form(request, failed=True)
-            response.set_status(401)
+            response = await self.login_form(request, failed=why)
+            response.set_status(status)
             return response
         response = web.HTTPSeeOther("/console/agents")
         response.set_cookie(

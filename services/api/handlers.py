@@ -45,6 +45,7 @@ from services.api.schema import (
     EnvironmentOut,
     EvaluationList,
     EvaluationOut,
+    KeyCreate,
     KeyCreated,
     KeyList,
     KeyOut,
@@ -89,13 +90,15 @@ from shared.store.models import (
     Work,
 )
 from shared.store.tenants import (
+    KeyScope,
     TenantExistsError,
     UnknownKeyError,
     create_tenant,
     issue_api_key,
     list_api_keys,
+    live_key,
     revoke_api_key,
-    tenant_for_key,
+    scope_refusal,
     well_formed,
 )
 from shared.store.work import NotCancellableError, cancel
@@ -144,6 +147,13 @@ async def body(request: web.Request, kind: type[T]) -> T:
         return msgspec.json.decode(raw, type=kind)
     except UNDECODABLE as exc:
         raise Refused(400, f"invalid request body: {str(exc)[:500]}") from None
+
+
+async def key_spec(request: web.Request, default_name: str) -> tuple[str, KeyScope]:
+    """The name and scope of the key a request asks for (`KeyCreate`; an empty body: scope
+    `all`), named `default_name` where it gives no name."""
+    spec = await body(request, KeyCreate) if await request.read() else KeyCreate()
+    return spec.name or default_name, spec.scope
 
 
 def uuid_of(raw: str, what: str) -> uuid.UUID:
@@ -269,12 +279,13 @@ class ApiApp:
                             f"{tenant[:80]}` or POST /v1/admin/tenants)",
                         )
                 else:
-                    found = (
-                        await tenant_for_key(session, presented) if well_formed(presented) else None
-                    )
+                    found = await live_key(session, presented) if well_formed(presented) else None
                     if found is None:
                         return error(401, "unknown or revoked API key")
-                    tenant = found
+                    why = scope_refusal(found.scope, "control", request.method)
+                    if why is not None:
+                        return error(403, why)
+                    tenant = found.tenant_id
             request[TENANT] = tenant
         return await handler(request)
 
@@ -687,10 +698,12 @@ class ApiApp:
 
     async def create_key(self, request: web.Request) -> web.Response:
         """A new key for the caller's tenant (rotation: create one, move to it, revoke the
-        old); the key is shown this once."""
+        old); the key is shown this once. Only a key of scope `all` (or the operator) makes
+        keys, of any scope: the others cannot reach this route."""
+        name, scope = await key_spec(request, default_name="api")
         async with self._session(request) as session:
-            key = await issue_api_key(session, request[TENANT], name="api")
-        return ok(KeyCreated(key=key, prefix=key[:16]), 201)
+            key = await issue_api_key(session, request[TENANT], name, scope)
+        return ok(KeyCreated(key=key, prefix=key[:16], scope=scope), 201)
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         async with self._session(request) as session:
@@ -733,9 +746,10 @@ class ApiApp:
         async with self._store().cross_tenant() as session:
             if await session.get(Tenant, tenant) is None:
                 raise Refused(404, f"no tenant {tenant!r}")
+        name, scope = await key_spec(request, default_name="admin")
         async with self._store().tenant(tenant) as session:
-            key = await issue_api_key(session, tenant, name="admin")
-        return ok(KeyCreated(key=key, prefix=key[:16]), 201)
+            key = await issue_api_key(session, tenant, name, scope)
+        return ok(KeyCreated(key=key, prefix=key[:16], scope=scope), 201)
 
     async def set_quotas(self, request: web.Request) -> web.Response:
         """Replace a tenant's quotas (null or absent: no limit)."""

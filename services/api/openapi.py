@@ -19,6 +19,7 @@ from services.api.schema import (
     Deleted,
     EnvironmentList,
     EvaluationList,
+    KeyCreate,
     KeyCreated,
     KeyList,
     KeyOut,
@@ -76,7 +77,11 @@ ROUTES = (
           "over one is answered 429 `quota_exceeded`", response=QuotaStatus),
     Route("get", "/v1/keys", "The tenant's API keys (prefixes only), revoked ones included",
           response=KeyList),
-    Route("post", "/v1/keys", "A new key for the tenant, shown once (201)", response=KeyCreated),
+    Route("post", "/v1/keys", "A new key for the tenant, shown once (201): `scope` `inference` "
+          "for an application (the router only), `read` (the control API's reads and the "
+          "console) or `all` (the default, every route). Only a key of scope `all` reaches "
+          "the control API's changes (403 for the others)", KeyCreate, KeyCreated,
+          body_optional=True),
     Route(
         "delete",
         "/v1/keys/{key}",
@@ -86,8 +91,8 @@ ROUTES = (
     Route("get", "/v1/admin/tenants", "Every tenant (operator key)", response=TenantList),
     Route("post", "/v1/admin/tenants", "Create a tenant (operator key; 201)", TenantCreate,
           TenantOut),
-    Route("post", "/v1/admin/tenants/{tenant}/keys", "A key for a tenant (operator key; 201)",
-          response=KeyCreated),
+    Route("post", "/v1/admin/tenants/{tenant}/keys", "A key for a tenant, of the scope asked "
+          "(operator key; 201)", KeyCreate, KeyCreated, body_optional=True),
     Route("put", "/v1/admin/tenants/{tenant}/quotas", "Replace a tenant's quotas: `max_agents`, "
           "`max_active_cycles`, `max_cycles_per_day` (null or absent: no limit), "
           "`requests_per_s`, `request_burst` (its chat requests through the router; null or "

@@ -24,6 +24,7 @@ from shared.store.models import (
     Trajectory,
 )
 from shared.store.quotas import Quotas, Usage
+from shared.store.tenants import KeyScope
 
 Name = Annotated[
     str,
@@ -320,6 +321,8 @@ class KeyOut(msgspec.Struct, kw_only=True, frozen=True):
     prefix: str
     """The key's first characters; for a tenant id of 12 characters or more they are all
     its keys' (`rt_<tenant>...`), so the id names a key to revoke."""
+    scope: str
+    """What it may do: `all`, `read` or `inference` (`shared.store.tenants.SCOPES`)."""
     created_at: datetime
     revoked_at: datetime | None
 
@@ -329,6 +332,7 @@ class KeyOut(msgspec.Struct, kw_only=True, frozen=True):
             id=row.id,
             name=row.name,
             prefix=row.prefix,
+            scope=row.scope,
             created_at=row.created_at,
             revoked_at=row.revoked_at,
         )
@@ -339,10 +343,21 @@ class KeyList(msgspec.Struct, kw_only=True, frozen=True):
     next_cursor: str | None = None
 
 
+class KeyCreate(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """A key asked for (POST /v1/keys; the body may be empty: a key of scope `all`)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None = None
+    """What the key is for (`api`, or `admin` for the operator's, when not given)."""
+    scope: KeyScope = "all"
+    """`inference` for an application's key: the router only. `read`: the control API's
+    reads and the console. `all`: every route, keys included."""
+
+
 class KeyCreated(msgspec.Struct, kw_only=True, frozen=True):
     key: str
     """Shown this once: only its hash is kept."""
     prefix: str
+    scope: str = "all"
 
 
 class TenantCreate(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -60,7 +60,7 @@ from shared.store.agents import AgentNotFoundError, get_agent
 from shared.store.changes import ChangeFeed, RowCache, asyncpg_dsn
 from shared.store.engine import STORE_ERRORS, not_the_store
 from shared.store.models import Adapter, Agent, Conversation, Trajectory
-from shared.store.tenants import hash_key, live_key_and_quotas, well_formed
+from shared.store.tenants import hash_key, live_key_and_quotas, scope_refusal, well_formed
 
 log = get_logger(__name__)
 CONVERSATION_HEADER = "X-Retrace-Conversation"
@@ -110,12 +110,13 @@ API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
 @dataclass(frozen=True)
 class KeyView:
     """A live API key, as the router keeps it: its row and tenant, and the tenant's request
-    rate and burst (its quotas, else the router's; no rate: no limit)."""
+    rate and burst (its quotas, else the router's; no rate: no limit), and its scope."""
 
     id: uuid.UUID
     tenant: str
     rate: float | None = None
     burst: int = 1
+    scope: str = "all"
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,8 @@ class RouterApp:
             return key
         if key is None:
             return error(401, "unknown or revoked API key", "authentication_error")
+        if key.scope != "all" and (why := scope_refusal(key.scope, "router")) is not None:
+            return error(403, why, "permission_error")
         tenant = key.tenant
         request[API_KEY_ID] = key.id
         if key.rate is not None:
@@ -309,7 +312,7 @@ class RouterApp:
             own = quotas.Quotas()
         rate = own.requests_per_s or self.cfg.tenant_rate
         burst = own.request_burst or self.cfg.tenant_burst
-        key = KeyView(row.id, row.tenant_id, rate, burst)
+        key = KeyView(row.id, row.tenant_id, rate, burst, row.scope)
         if self.keys is not None:
             rows = (("api_keys", str(row.id)), ("tenants", row.tenant_id))
             self.keys.put(hashed, key, rows, generation, now)

@@ -21,6 +21,7 @@ from shared.store import migrate as migrations
 from shared.store import quotas
 from shared.store.models import Tenant
 from shared.store.tenants import (
+    SCOPES,
     create_tenant,
     delete_tenant,
     issue_api_key,
@@ -80,15 +81,25 @@ def tenant_key() -> None:
 @tenant_key.command("create")
 @click.argument("tenant_id")
 @click.option("--name", default="default", show_default=True, help="What the key is for.")
-def key_create(tenant_id: str, name: str) -> None:
+@click.option(
+    "--scope",
+    type=click.Choice(list(SCOPES)),
+    default="all",
+    show_default=True,
+    help="What the key may do: inference (the router only: an application's key), read "
+    "(the control API's reads and the console), all (every route, keys included).",
+)
+def key_create(tenant_id: str, name: str, scope: str) -> None:
     """Issue another key (shown once, stored hashed)."""
     cfg = load_settings()
 
     async def run() -> str:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
-            return await issue_api_key(session, tenant_id, name)
+            return await issue_api_key(session, tenant_id, name, scope)
 
-    console.print(f"API key (shown once): {_run(run())}")
+    key = _run(run())
+    console.print(f"scope {scope}: {SCOPES[scope]}")
+    console.print(f"API key (shown once): {key}")
 
 
 @tenant_key.command("list")
@@ -97,13 +108,14 @@ def key_list(tenant_id: str) -> None:
     """The tenant's keys by id and prefix (the keys themselves are not stored)."""
     cfg = load_settings()
 
-    async def run() -> list[tuple[str, str, str, str, str]]:
+    async def run() -> list[tuple[str, str, str, str, str, str]]:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
             return [
                 (
                     str(k.id),
                     k.prefix,
                     k.name,
+                    k.scope,
                     k.created_at.isoformat(),
                     k.revoked_at.isoformat() if k.revoked_at else "-",
                 )
@@ -111,7 +123,7 @@ def key_list(tenant_id: str) -> None:
             ]
 
     table = Table(title=f"API keys of {tenant_id}")
-    for col in ("id", "prefix", "name", "created", "revoked"):
+    for col in ("id", "prefix", "name", "scope", "created", "revoked"):
         table.add_column(col)
     for row in _run(run()):
         table.add_row(*row)
@@ -138,14 +150,15 @@ def key_revoke(tenant_id: str, key: str) -> None:
 @click.argument("tenant_id")
 @click.argument("key")
 def key_rotate(tenant_id: str, key: str) -> None:
-    """Issue a new key with the old one's name and revoke the old one (named as `revoke`
-    takes it), in one step."""
+    """Issue a new key with the old one's name and scope and revoke the old one (named as
+    `revoke` takes it), in one step."""
     cfg = load_settings()
 
     async def run() -> tuple[str, str]:
         async with open_store(cfg) as store, store.tenant(tenant_id) as session:
             old = await revoke_api_key(session, key)
-            return f"{old.id} ({old.prefix}...)", await issue_api_key(session, tenant_id, old.name)
+            new = await issue_api_key(session, tenant_id, old.name, old.scope)
+            return f"{old.id} ({old.prefix}...)", new
 
     old, new = _run(run())
     console.print(f"revoked {old}; new API key (shown once): {new}")

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import (
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -112,6 +113,7 @@ class Tenant(Base):
 
 class ApiKey(TenantOwned, Base):
     __tablename__ = "api_keys"
+    __table_args__ = (CheckConstraint("scope IN ('all', 'read', 'inference')", name="scope"),)
 
     id: Mapped[uuid.UUID] = _id()
     name: Mapped[str] = mapped_column(Text)
@@ -119,6 +121,8 @@ class ApiKey(TenantOwned, Base):
     """First characters of the key, shown to humans and used to look the key up."""
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     """SHA-256 of the whole key; the key itself is never stored."""
+    scope: Mapped[str] = mapped_column(String(16), server_default="all")
+    """What the key may do (`shared.store.tenants.SCOPES`): `all`, `read` or `inference`."""
     created_at: Mapped[datetime] = _created()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

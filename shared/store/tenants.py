@@ -7,7 +7,7 @@ import re
 import secrets
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,8 +23,47 @@ KEY_RE = re.compile(r"\Art_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_[A-Za-z0-9_-]{32
 base64): anything else is no key of ours, refused without a store lookup."""
 
 
+KeyScope = Literal["all", "read", "inference"]
+SCOPES: dict[str, str] = {
+    "all": "every route: the router, the control API (keys included) and the console",
+    "read": "the control API's reads and the console; not the router, nothing changed",
+    "inference": "the router only (chat completions and the list of models)",
+}
+"""What a key may do. An application's key needs `inference` alone: leaked, it cannot mint
+keys, change agents or read other users' trajectories."""
+Surface = Literal["router", "control", "console"]
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class TenantExistsError(PermanentError):
     """A tenant with that id already exists."""
+
+
+class ScopeError(PermanentError):
+    """A key scope retrace does not have."""
+
+
+def validate_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise ScopeError(f"key scope must be one of {', '.join(SCOPES)}, not {scope[:40]!r}")
+    return scope
+
+
+def scope_refusal(scope: str, surface: Surface, method: str = "GET") -> str | None:
+    """Why a key of `scope` may not make this call (`method` on `surface`), or None."""
+    if scope == "all":
+        return None
+    if scope == "inference":
+        if surface == "router":
+            return None
+        return "this key's scope is inference: it may call the router only"
+    if scope == "read":
+        if surface == "router":
+            return "this key's scope is read: it may not call the router"
+        if method not in READS:
+            return "this key's scope is read: it may not change anything"
+        return None
+    return f"this key has a scope retrace does not know ({scope[:40]!r})"
 
 
 def well_formed(key: str) -> bool:
@@ -50,10 +89,16 @@ async def create_tenant(session: AsyncSession, tenant_id: str, name: str | None 
     return tenant
 
 
-async def issue_api_key(session: AsyncSession, tenant_id: str, name: str = "default") -> str:
-    """Create a key for the session's tenant and return it; only its hash is kept."""
+async def issue_api_key(
+    session: AsyncSession, tenant_id: str, name: str = "default", scope: str = "all"
+) -> str:
+    """Create a key for the session's tenant and return it; only its hash is kept.
+    `ScopeError` for a scope not in `SCOPES`."""
+    validate_scope(scope)
     key = KEY_PREFIX + tenant_id + "_" + secrets.token_urlsafe(KEY_TOKEN_BYTES)
-    session.add(ApiKey(tenant_id=tenant_id, name=name, prefix=key[:16], key_hash=hash_key(key)))
+    session.add(
+        ApiKey(tenant_id=tenant_id, name=name, prefix=key[:16], key_hash=hash_key(key), scope=scope)
+    )
     await session.flush()
     return key
 

@@ -269,8 +269,12 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
         made_key = cli(env, "tenant", "key", "create", "acme", "--name", "ci")
         assert made_key.returncode == 0 and "rt_acme_" in made_key.stdout, made_key.stderr
         ci_key = made_key.stdout.split("API key (shown once): ")[1].split()[0]
+        app_key = cli(env, "tenant", "key", "create", "acme", "--name", "app", "--scope",
+                      "inference")  # fmt: skip
+        assert app_key.returncode == 0 and "scope inference: the router only" in app_key.stdout
         listed_keys = cli(env, "tenant", "key", "list", "acme")
         assert ci_key[:16] in listed_keys.stdout and "ci" in listed_keys.stdout
+        assert "inference" in listed_keys.stdout, listed_keys.stdout
         rotated = cli(env, "tenant", "key", "rotate", "acme", ci_key[:16])
         assert rotated.returncode == 0 and "new API key (shown once): rt_acme_" in rotated.stdout
         new_key = rotated.stdout.split("new API key (shown once): ")[1].split()[0]

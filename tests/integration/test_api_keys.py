@@ -4,14 +4,22 @@ no revocation or rotation)."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
 
 from shared.store import Store
+from shared.store.models import ApiKey
 from shared.store.tenants import (
+    ScopeError,
+    Surface,
     UnknownKeyError,
     create_tenant,
+    hash_key,
     issue_api_key,
     list_api_keys,
+    live_key,
     revoke_api_key,
+    scope_refusal,
     tenant_for_key,
 )
 
@@ -71,3 +79,44 @@ async def test_a_key_whose_prefix_others_share_is_revoked_by_its_id(store: Store
     async with store.cross_tenant() as session:
         assert await tenant_for_key(session, leaked) is None
         assert await tenant_for_key(session, kept) == tenant
+
+
+async def test_a_key_has_one_of_the_known_scopes_and_the_table_holds_it(store: Store) -> None:
+    """A scope retrace does not have is refused when the key is made, and the table's check
+    refuses one written round `issue_api_key`; a key made without one is `all`."""
+    async with store.cross_tenant() as session:
+        await create_tenant(session, "acme")
+    async with store.tenant("acme") as session:
+        with pytest.raises(ScopeError, match="inference"):
+            await issue_api_key(session, "acme", "app", scope="admin")
+        made = await issue_api_key(session, "acme", "app", scope="inference")
+        old = await issue_api_key(session, "acme", "old")
+    async with store.cross_tenant() as session:
+        assert {(k.name, k.scope) for k in await list_api_keys(session)} == {
+            ("old", "all"),
+            ("app", "inference"),
+        }
+        row = await live_key(session, made)
+        assert row is not None and row.scope == "inference"
+    with pytest.raises(IntegrityError, match="ck_api_keys_scope"):
+        async with store.cross_tenant() as session:
+            await session.execute(
+                update(ApiKey).where(ApiKey.key_hash == hash_key(old)).values(scope="root")
+            )
+
+
+@pytest.mark.parametrize(
+    ("scope", "surface", "method", "allowed"),
+    [
+        ("all", "router", "POST", True), ("all", "control", "DELETE", True),
+        ("all", "console", "GET", True),
+        ("inference", "router", "POST", True), ("inference", "control", "GET", False),
+        ("inference", "console", "GET", False),
+        ("read", "router", "POST", False), ("read", "router", "GET", False),
+        ("read", "control", "GET", True), ("read", "control", "POST", False),
+        ("read", "control", "DELETE", False), ("read", "console", "GET", True),
+        ("root", "control", "GET", False),
+    ],
+)  # fmt: skip
+def test_what_each_scope_reaches(scope: str, surface: Surface, method: str, allowed: bool) -> None:
+    assert (scope_refusal(scope, surface, method) is None) == allowed

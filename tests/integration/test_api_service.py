@@ -171,6 +171,54 @@ async def test_keys_are_checked_rotated_and_revoked(api: Api) -> None:
     assert status == 404 and "no live key" in again["error"]["message"]
 
 
+async def test_a_key_does_only_what_its_scope_allows(api: Api) -> None:
+    """An application's key (`inference`) cannot reach the control API at all, so leaked it
+    mints no keys and changes no agent; a `read` key reads and changes nothing; only an
+    `all` key makes keys, of any scope (before, every key could do everything)."""
+    made = {}
+    for scope in ("inference", "read"):
+        status, out = await api.call("POST", "/v1/keys", body={"name": "app", "scope": scope})
+        assert status == 201 and out["scope"] == scope, out
+        made[scope] = out["key"]
+    status, listed = await api.call("GET", "/v1/keys")
+    assert {k["prefix"]: k["scope"] for k in listed["data"]} == {
+        made["inference"][:16]: "inference", made["read"][:16]: "read",
+        api.keys["acme"][:16]: "all",
+    }  # fmt: skip
+    agent = {"name": "bot", "model": "m", "environment": "toolbox"}
+    api.keys["app"] = made["inference"]
+    for method, path, body in (
+        ("GET", "/v1/agents", None),
+        ("POST", "/v1/agents", agent),
+        ("POST", "/v1/keys", {"scope": "all"}),
+        ("DELETE", f"/v1/keys/{made['read'][:16]}", None),
+    ):
+        status, out = await api.call(method, path, tenant="app", body=body)
+        assert status == 403, (method, path, out)
+        assert out["error"]["type"] == "permission_error"
+        assert "router only" in out["error"]["message"]
+    api.keys["viewer"] = made["read"]
+    assert (await api.call("GET", "/v1/agents", tenant="viewer"))[0] == 200
+    assert (await api.call("GET", "/v1/keys", tenant="viewer"))[0] == 200
+    for method, path, body in (
+        ("POST", "/v1/agents", agent),
+        ("POST", "/v1/keys", None),
+        ("DELETE", f"/v1/keys/{made['inference'][:16]}", None),
+    ):
+        status, out = await api.call(method, path, tenant="viewer", body=body)
+        assert status == 403 and "may not change anything" in out["error"]["message"], out
+    assert (await api.call("GET", "/v1/agents/bot"))[0] == 404  # nothing was made
+    status, out = await api.call("POST", "/v1/keys", body={"scope": "everything"})
+    assert status == 400 and "scope" in out["error"]["message"], out
+    # the operator makes a tenant's key of a scope too; an empty body is a key of scope all
+    status, out = await api.call(
+        "POST", "/v1/admin/tenants/globex/keys", tenant="admin", body={"scope": "inference"}
+    )
+    assert status == 201 and out["scope"] == "inference" and out["key"].startswith("rt_globex_")
+    status, out = await api.call("POST", "/v1/admin/tenants/globex/keys", tenant="admin")
+    assert status == 201 and out["scope"] == "all"
+
+
 async def test_operator_routes_need_the_admin_key(api: Api) -> None:
     assert (await api.call("GET", "/v1/admin/tenants"))[0] == 401  # a tenant's key
     status, made = await api.call(

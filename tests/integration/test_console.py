@@ -211,6 +211,27 @@ async def test_pages_show_the_store_to_the_signed_in_tenant_only(
             assert r.status == 303
 
 
+async def test_an_application_s_key_does_not_sign_in_and_a_read_key_does(
+    console: dict[str, Any], store: Store
+) -> None:
+    """The console is the control API's reads: a key of scope `read` signs in, an
+    application's (`inference`, the router only) is refused saying why."""
+    async with store.tenant("acme") as session:
+        app = await issue_api_key(session, "acme", "app", scope="inference")
+        viewer = await issue_api_key(session, "acme", "dashboard", scope="read")
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with http.post(f"{console['url']}/console/login", data={"key": app}) as r:
+            assert r.status == 403 and "router only" in await r.text()
+        async with http.get(
+            f"{console['url']}/console/agents",
+            allow_redirects=False,
+            cookies={"retrace_key": app},
+        ) as r:
+            assert r.status == 303  # a cookie set by hand is no way round it
+        async with http.post(f"{console['url']}/console/login", data={"key": viewer}) as r:
+            assert r.status == 200 and "coder" in await r.text()
+
+
 async def test_the_console_in_a_real_browser(console: dict[str, Any], store: Store) -> None:
     browser = chromium()
     shots = screenshots()

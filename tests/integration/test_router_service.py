@@ -667,6 +667,36 @@ async def test_a_revoked_key_is_refused_as_soon_as_postgres_announces_it(
         assert asyncio.get_running_loop().time() - refused_after < 1.0
 
 
+async def test_a_key_of_scope_read_is_refused_and_one_of_scope_inference_served(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """The router serves keys of scope `inference` (an application's) and `all`; a `read`
+    key (a dashboard's) gets a 403 saying why, the second time too (from memory)."""
+    url, _, _, _ = router
+    async with store.tenant("acme") as session:
+        app = await issue_api_key(session, "acme", "app", scope="inference")
+        viewer = await issue_api_key(session, "acme", "dashboard", scope="read")
+    chat = {"model": "bot", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as http:
+        for _ in range(2):
+            async with http.post(
+                f"{url}/v1/chat/completions", json=chat, headers={"Authorization": f"Bearer {app}"}
+            ) as r:
+                assert r.status == 200, await r.text()
+            async with http.post(
+                f"{url}/v1/chat/completions",
+                json=chat,
+                headers={"Authorization": f"Bearer {viewer}"},
+            ) as r:
+                out = await r.json()
+                assert r.status == 403 and out["error"]["type"] == "permission_error", out
+                assert "scope is read" in out["error"]["message"]
+            async with http.get(
+                f"{url}/v1/models", headers={"Authorization": f"Bearer {viewer}"}
+            ) as r:
+                assert r.status == 403
+
+
 async def test_keys_agents_and_adapters_are_read_once_then_kept_until_they_change(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
     store: Store,
