@@ -104,6 +104,25 @@ class ModelAccess:
         return path
 
 
+def weaknesses(access: ModelAccess) -> list[str]:
+    """What a model server under these rules leaves open to whoever reaches its port, as its
+    start warns of it: no key, no admin key, adapters from any path."""
+    said = []
+    if not access.api_keys.required:
+        said.append(
+            "no key: whoever reaches the port chats with, lists, loads and unloads every "
+            "tenant's adapters (set RETRACE_MODEL_API_KEY)"
+        )
+    elif not access.admin_keys.required:
+        said.append(
+            "no admin key: every caller with the service key also loads and unloads adapters, "
+            "changing what every tenant is served (set RETRACE_MODEL_ADMIN_KEY)"
+        )
+    if access.adapter_dirs is None:
+        said.append("adapters load from any path this server can read (give --adapter-dir)")
+    return said
+
+
 async def keep_keys_current(access: ModelAccess, interval_s: float = KEY_RELOAD_INTERVAL_S) -> None:
     """Re-read `access`'s key files when they change (looked at every `interval_s`, and at
     once on SIGHUP) until cancelled; nothing to do without a key file."""

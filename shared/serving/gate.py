@@ -38,7 +38,7 @@ from shared.llm.openai_types import (
 from shared.logging import get_logger, redact
 from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S, read_body
 from shared.runtime.http import listen
-from shared.serving.access import Handler, ModelAccess, OutsideStore
+from shared.serving.access import Handler, ModelAccess, OutsideStore, weaknesses
 from shared.serving.openapi import GateHealth, model_gate_openapi
 
 log = get_logger(__name__)
@@ -306,10 +306,11 @@ class ModelGate:
         return openai_error(502, f"the model engine behind this gate failed ({upstream.status})")
 
 
-async def start_gate(cfg: GateConfig) -> web.AppRunner:
-    """The gate listening on `cfg.host:cfg.port`, as `retrace model-gate` runs it."""
+async def start_gate(cfg: GateConfig, gate: ModelGate | None = None) -> web.AppRunner:
+    """The gate (`gate`, else one made of `cfg`) listening on `cfg.host:cfg.port`, as
+    `retrace model-gate` runs it."""
     return await listen(
-        ModelGate(cfg).app(),
+        (gate or ModelGate(cfg)).app(),
         cfg.host,
         cfg.port,
         idle_timeout_s=cfg.idle_timeout_s,
@@ -320,7 +321,8 @@ async def start_gate(cfg: GateConfig) -> web.AppRunner:
 
 async def serve_gate(cfg: GateConfig) -> None:
     """Serve until SIGTERM or SIGINT; requests in flight then get `shutdown_grace_s`."""
-    runner = await start_gate(cfg)
+    gate = ModelGate(cfg)
+    runner = await start_gate(cfg, gate)
     log.info(
         "model gate ready",
         upstream=redact(cfg.upstream),
@@ -332,6 +334,8 @@ async def serve_gate(cfg: GateConfig) -> None:
         upstream_keyed=cfg.upstream_key is not None,
         adapter_dirs=[str(d) for d in cfg.adapter_dirs] or "anywhere",
     )
+    for weakness in weaknesses(gate.access):
+        log.warning(f"model gate open: {weakness}", host=cfg.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

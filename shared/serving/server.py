@@ -13,6 +13,7 @@ from aiohttp import web
 from shared.logging import get_logger
 from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S
 from shared.runtime.http import listen
+from shared.serving.access import weaknesses
 from shared.serving.api import ModelServer
 from shared.serving.engine import Engine
 from shared.serving.model_files import DEFAULT_CACHE, resolve_model
@@ -112,12 +113,8 @@ async def serve(cfg: ServeConfig) -> None:
         key_files=[str(f) for f in (cfg.api_key_file, cfg.admin_key_file) if f is not None],
         adapter_dirs=[str(d) for d in cfg.adapter_dirs] or "anywhere",
     )
-    if not server.access.api_keys.required:
-        log.warning(
-            "model server without a key: whoever reaches the port can use and change its "
-            "adapters (set RETRACE_MODEL_API_KEY)",
-            host=cfg.host,
-        )
+    for weakness in weaknesses(server.access):
+        log.warning(f"model server open: {weakness}", host=cfg.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

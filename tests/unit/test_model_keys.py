@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.serving.access import ModelAccess, keep_keys_current
+from shared.serving.access import ModelAccess, keep_keys_current, weaknesses
 from shared.serving.keys import MIN_KEY_LENGTH, KeyFileError, KeyRing, parse_keys
 
 OLD = "old-key-0123456789abcdef"
@@ -212,3 +212,23 @@ async def test_the_files_are_looked_at_without_a_signal(tmp_path: Path) -> None:
 async def test_without_a_key_file_nothing_watches_and_sighup_is_not_taken() -> None:
     await asyncio.wait_for(keep_keys_current(ModelAccess(api_key=OLD)), 1)
     assert signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "admin_key", "dirs", "warned"),
+    [
+        (None, None, ["x"], ["no key"]),
+        (OLD, None, ["x"], ["no admin key"]),
+        (OLD, ADMIN, ["x"], []),
+        (OLD, ADMIN, None, ["any path"]),
+    ],
+)
+def test_a_server_s_start_says_what_its_rules_leave_open(
+    tmp_path: Path, api_key: str | None, admin_key: str | None, dirs: list[str] | None,
+    warned: list[str],
+) -> None:  # fmt: skip
+    """Review of issue 14: without an admin key the service key loads and unloads adapters
+    for every tenant, and nothing said so at start."""
+    access = ModelAccess(api_key, admin_key, None if dirs is None else [tmp_path / d for d in dirs])
+    said = weaknesses(access)
+    assert len(said) == len(warned) and all(w in s for w, s in zip(warned, said, strict=True))
