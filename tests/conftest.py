@@ -38,6 +38,9 @@ the longest, first), while three run the rest, which mostly wait on servers and 
 the model tests shared the cores with each other as well."""
 
 
+CYCLE_GROUP = "model-cycle"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The model tests in one xdist group, and first: the longest unit of work starts at
@@ -45,7 +48,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     this order is the one without xdist too)."""
     for item in items:
         if item.get_closest_marker("model") is not None:
-            item.add_marker(pytest.mark.xdist_group(MODEL_GROUP))
+            whole = item.get_closest_marker("e2e") is not None
+            item.add_marker(pytest.mark.xdist_group(CYCLE_GROUP if whole else MODEL_GROUP))
     items.sort(key=lambda item: item.get_closest_marker("model") is None)
 
 
