@@ -32,25 +32,34 @@ from tests.support import infra
 
 MODEL_GROUP = "model"
 """The xdist group of the tests that load a real model (the README's run, `-n 4 --dist
-loadgroup`): one worker runs them one after another, in collection order (the promotion e2e,
-the longest, first), while three run the rest, which mostly wait on servers and subprocesses
-(the integration tests alone kept the 2 cores 40% busy on 2 workers). Dealt to every worker,
-the model tests shared the cores with each other as well."""
-
-
+loadgroup`): one worker runs them one after another, in collection order, while the others
+run the rest, which mostly wait on servers and subprocesses (the integration tests alone
+kept the 2 cores 40% busy on 2 workers). Dealt to every worker, the model tests shared the
+cores with each other as well."""
 CYCLE_GROUP = "model-cycle"
+"""The whole cycle with a real model (the promotion e2e, the longest test by far): a group
+of its own, on a worker beside the other model tests. In the model group it made that
+worker the run's tail: the whole run took 16m43s, with it on its own 12m58s (session 30's
+machine, docs/benchmarks.md)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The model tests in one xdist group, and first: the longest unit of work starts at
-    once instead of being the last worker's tail (xdist sends the largest group first, and
-    this order is the one without xdist too)."""
+    """The model tests in their xdist groups, and first (the whole cycle first of all): the
+    longest units of work start at once instead of being the last worker's tail (xdist
+    deals the groups out in this order, one to a worker; it is the order without xdist
+    too)."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("model") is None:
+            return 2
+        return 0 if item.get_closest_marker("e2e") is not None else 1
+
     for item in items:
-        if item.get_closest_marker("model") is not None:
-            whole = item.get_closest_marker("e2e") is not None
-            item.add_marker(pytest.mark.xdist_group(CYCLE_GROUP if whole else MODEL_GROUP))
-    items.sort(key=lambda item: item.get_closest_marker("model") is None)
+        if rank(item) < 2:
+            group = CYCLE_GROUP if rank(item) == 0 else MODEL_GROUP
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
