@@ -158,6 +158,17 @@ class StorageConfig(msgspec.Struct, kw_only=True, frozen=True):
         )
 
 
+class EnvironmentsConfig(msgspec.Struct, kw_only=True, frozen=True):
+    """Where the services may reach an HTTP environment (`shared/envs/remote/address.py`)."""
+
+    private_allowed: bool = True
+    """Whether at a private or loopback address (`RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED`). A
+    deployment whose environment servers are all public sets it false: every connection is
+    then checked, so a tenant's name that resolved to a public address when the control API
+    checked it and to an inner one later (DNS rebinding) reaches nothing. Link-local and
+    metadata addresses are refused either way."""
+
+
 class ServiceConfig(msgspec.Struct, kw_only=True, frozen=True):
     """The blocks every service reads; a service's config subclasses this and adds fields."""
 
@@ -168,6 +179,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, frozen=True):
     log: LogConfig = msgspec.field(default_factory=LogConfig)
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     model: ModelConfig = msgspec.field(default_factory=ModelConfig)
+    environments: EnvironmentsConfig = msgspec.field(default_factory=EnvironmentsConfig)
 
 
 C = TypeVar("C", bound=msgspec.Struct)

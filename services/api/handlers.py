@@ -375,15 +375,23 @@ class ApiApp:
         tenant's URL is a base URL on a public address unless the operator allows private
         ones (`tenant_environments_private`): the services call it from inside the network."""
         if ref.startswith(("http://", "https://")):
-            private = self.cfg.tenant_environments_private or request.get(OPERATOR, False)
+            # where no service may reach a private address, nobody may name one
+            private = self.cfg.environments.private_allowed and (
+                self.cfg.tenant_environments_private or request.get(OPERATOR, False)
+            )
             why = await tenant_url_refusal(ref, private)
             if why is not None:
-                hint = (
-                    ""
-                    if private or "private network" not in why
-                    else " (the operator allows such addresses with "
-                    "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"
-                )
+                hint = ""
+                if "private network" in why and not self.cfg.environments.private_allowed:
+                    hint = (
+                        " (this deployment reaches no environment there: "
+                        "RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false)"
+                    )
+                elif "private network" in why:
+                    hint = (
+                        " (the operator allows such addresses with "
+                        "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"
+                    )
                 raise Refused(400, why + hint)
             return ref
         if ref.startswith("mcp:"):

@@ -6,6 +6,7 @@ admin key; and no route lets one tenant see, change or learn of another's object
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from services.api.config import ApiConfig
 from services.api.openapi import ROUTES
 from services.api.service import build
 from shared.bus.streams import stream_for
-from shared.config import ServiceConfig
+from shared.config import EnvironmentsConfig, ServiceConfig
 from shared.errors import RetryableError
 from shared.messages import CycleRequested
 from shared.runtime.service import Service
@@ -68,6 +69,14 @@ class Api:
 
 @pytest.fixture
 async def api(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Api]:
+    async with running_api(service_cfg, store) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def running_api(service_cfg: ServiceConfig, store: Store, **given: Any) -> AsyncIterator[Api]:
+    """The control API on `service_cfg` (its fields replaced by `given`), with tenants acme
+    and globex and a key of each."""
     keys = {}
     for tenant in ("acme", "globex"):
         async with store.cross_tenant() as session:
@@ -76,7 +85,7 @@ async def api(service_cfg: ServiceConfig, store: Store) -> AsyncIterator[Api]:
             keys[tenant] = await issue_api_key(session, tenant)
     keys["admin"] = ADMIN
     fields = {f: getattr(service_cfg, f) for f in ServiceConfig.__struct_fields__}
-    cfg = ApiConfig(**fields, admin_key=ADMIN, events_poll_s=0.1)
+    cfg = ApiConfig(**{**fields, **given}, admin_key=ADMIN, events_poll_s=0.1)
     service = build(cfg)
     run = asyncio.create_task(service.run())
     await eventually(lambda: healthy(service))
@@ -468,6 +477,30 @@ async def test_a_tenant_names_no_server_file_and_makes_the_api_fetch_no_url(api:
         "PATCH", "/v1/agents/bot", body={"environment": "mcp:/nonexistent/file.yaml"}
     )
     assert status == 403, out
+
+
+async def test_where_no_service_may_reach_a_private_address_nobody_names_one(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """With `RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false` the services refuse private answers
+    at every connection (shared/envs/remote/address.py); the API then refuses such a URL
+    when it is named, the operator's too, saying which setting holds."""
+    closed = EnvironmentsConfig(private_allowed=False)
+    async with running_api(
+        service_cfg, store, environments=closed, tenant_environments_private=True
+    ) as api:
+        agent = {"name": "bot", "model": "m", "environment": "http://8.8.8.8:8600"}
+        assert (await api.call("POST", "/v1/agents", body=agent))[0] == 201
+        for tenant, headers in (("acme", {}), ("admin", {"Retrace-Tenant": "acme"})):
+            status, out = await api.call(
+                "PATCH",
+                "/v1/agents/bot",
+                tenant=tenant,
+                body={"environment": "http://127.0.0.1:8600"},
+                headers=headers,
+            )
+            assert status == 400, (tenant, out)
+            assert "RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false" in out["error"]["message"]
 
 
 async def test_the_same_start_sent_twice_at_once_is_one_cycle(api: Api, store: Store) -> None:

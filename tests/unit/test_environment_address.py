@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,9 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.config import ServiceConfig, load_config
 from shared.envs.remote.address import (
     EnvironmentAddressError,
     GuardedResolver,
+    allow_private,
     check_resolved,
     checked_url,
     refusal,
@@ -135,3 +138,43 @@ def test_a_name_resolved_before_the_task_list_is_checked() -> None:
         check_resolved("169.254.169.254", 80)
     with pytest.raises(EnvironmentAddressError, match="metadata"):
         check_resolved("2852039166", 80)  # 169.254.169.254 as one number, which resolves
+
+
+@pytest.fixture
+def public_only() -> Iterator[None]:
+    """This process as a service of a deployment that reaches no private address."""
+    allow_private(False)
+    try:
+        yield
+    finally:
+        allow_private(True)
+
+
+async def test_where_private_addresses_are_not_allowed_no_answer_leads_there(
+    monkeypatch: pytest.MonkeyPatch, public_only: None
+) -> None:
+    """Review of issue 14 (DNS rebinding): a tenant's name resolved to a public address when
+    the control API checked it and to an inner one when a service connects. Where the
+    deployment allows no private address (`RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false`), the
+    services' resolver refuses that answer; the address written in the URL too."""
+
+    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
+        return await self._answer(host, port)
+
+    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
+    for inner in ("10.0.0.1", "127.0.0.1", "192.168.1.20", "::1", "::ffff:10.0.0.1"):
+        with pytest.raises(EnvironmentAddressError, match="private network or this machine"):
+            await _Answers("93.184.216.34", inner).resolve("env.example.com", 80)
+    assert [r["host"] for r in await _Answers("93.184.216.34").resolve("env.example.com", 80)] == [
+        "93.184.216.34"
+    ]
+    with pytest.raises(EnvironmentAddressError, match="private network"):
+        check_resolved("localhost", 80)
+    with pytest.raises(EnvironmentAddressError, match="private network"):
+        HttpEnvironment("http://127.0.0.1:9/")  # refused before any connection
+
+
+def test_the_deployment_s_setting_is_read_as_every_service_reads_its_config() -> None:
+    assert load_config(ServiceConfig, env={}).environments.private_allowed
+    cfg = load_config(ServiceConfig, env={"RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED": "false"})
+    assert not cfg.environments.private_allowed

@@ -12,7 +12,10 @@ metadata with its credentials) whose answer comes back quoted in an error.
   name cannot point there between a check and the connection.
 - A tenant's URL (the control API) must also be public (`ipaddress`'s `is_global`) unless
   the operator allows private and loopback ones (`RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE`):
-  `tenant_url_refusal`.
+  `tenant_url_refusal`. That is checked when the URL is named; a name can point elsewhere
+  later (DNS rebinding). A deployment whose environment servers are all public closes that
+  too: `RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false` (`allow_private`, set by every service at
+  its start) refuses private and loopback answers at every connection as well.
 """
 
 from __future__ import annotations
@@ -35,14 +38,26 @@ METADATA = frozenset(
 """Cloud instance-metadata addresses (AWS over IPv6, Alibaba; the link-local one of most)."""
 
 
+_private_allowed = True
+"""This process's policy (`allow_private`): whether a connection may reach a private or
+loopback address."""
+
+
+def allow_private(allowed: bool) -> None:
+    """Set whether this process's connections to environments may reach private and loopback
+    addresses (`EnvironmentsConfig.private_allowed`; a service sets it at its start)."""
+    global _private_allowed
+    _private_allowed = allowed
+
+
 class EnvironmentAddressError(PermanentError):
     """An environment URL that retrace will not call (its shape, or where it leads)."""
 
 
 def checked_url(url: str) -> str:
     """`url` if it is a base URL an environment may have, else an `EnvironmentAddressError`
-    saying what is wrong. A host given as an address is checked here (`refusal`); a name is
-    checked when it is resolved."""
+    saying what is wrong. A host given as an address is checked here (`connect_refusal`); a
+    name is checked when it is resolved."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -68,7 +83,7 @@ def checked_url(url: str) -> str:
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} contains whitespace")
     literal = _literal(parts.hostname)
-    if literal is not None and (why := refusal(literal)) is not None:
+    if literal is not None and (why := connect_refusal(literal)) is not None:
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} leads to {why}")
     return url
 
@@ -85,6 +100,12 @@ def refusal(ip: IpAddress) -> str | None:
     if address.is_reserved and not (address.is_loopback or address.is_private):
         return f"an address no server has ({ip})"  # (::1 lies in a reserved block)
     return None
+
+
+def connect_refusal(ip: IpAddress) -> str | None:
+    """Why no connection to an environment is made to `ip` in this process, or None:
+    `refusal`, then (where this process allows none, `allow_private`) a private one."""
+    return tenant_refusal(ip, _private_allowed)
 
 
 def tenant_refusal(ip: IpAddress, private_allowed: bool) -> str | None:
@@ -122,8 +143,8 @@ async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
 
 
 def check_resolved(host: str, port: int) -> None:
-    """Resolve `host` now and refuse it where any of its addresses is refused (`refusal`);
-    for a caller that cannot use `GuardedResolver`."""
+    """Resolve `host` now and refuse it where any of its addresses is refused
+    (`connect_refusal`); for a caller that cannot use `GuardedResolver`."""
     literal = _literal(host)
     if literal is not None:
         addresses = [literal]
@@ -134,21 +155,21 @@ def check_resolved(host: str, port: int) -> None:
             return  # the connection then fails as unreachable, and is retried
         addresses = [_ip(str(s[0])) for *_, s in found]
     for ip in addresses:
-        why = refusal(ip)
+        why = connect_refusal(ip)
         if why is not None:
             raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
 
 
 class GuardedResolver(ThreadedResolver):
-    """aiohttp's resolver, refusing a name any of whose addresses is refused (`refusal`)
-    with an `EnvironmentAddressError`, which is not retried."""
+    """aiohttp's resolver, refusing a name any of whose addresses is refused
+    (`connect_refusal`) with an `EnvironmentAddressError`, which is not retried."""
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         found = await super().resolve(host, port, family)
         for result in found:
-            why = refusal(_ip(result["host"]))
+            why = connect_refusal(_ip(result["host"]))
             if why is not None:
                 raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
         return found
