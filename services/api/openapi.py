@@ -95,7 +95,8 @@ ROUTES = (
           "(operator key; 201)", KeyCreate, KeyCreated, body_optional=True),
     Route("put", "/v1/admin/tenants/{tenant}/quotas", "Replace a tenant's quotas: `max_agents`, "
           "`max_active_cycles`, `max_cycles_per_day` (null or absent: no limit), "
-          "`requests_per_s`, `request_burst` (its chat requests through the router; null or "
+          "`requests_per_s`, `request_burst`, `tokens_per_min` (its chat requests and "
+          "tokens through the router; null or "
           "absent: the router's default); operator key", Quotas, TenantOut),
     *(
         Route(method, path, f"Console (HTML, signed in by a cookie): {what}", media=media,

@@ -66,6 +66,12 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
+    tenant_tokens_per_min: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+    """Tokens a minute each tenant may use, over all router processes, counted when a
+    request is taken as Azure OpenAI counts them: its prompt's characters / 4 plus `n` x its
+    `max_tokens` (`max_request_tokens` where it names none). 429 with Retry-After above; a
+    request that alone asks for more than a minute's worth is refused saying so. A tenant's
+    quota `tokens_per_min` overrides it; None: no limit."""
     max_request_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = 65_536
     """Completion tokens one request may ask for, `n` times its `max_completion_tokens` (or
     `max_tokens`): above, a 400; a request that names no limit is sent with this one shared

@@ -105,18 +105,22 @@ async def _store_unavailable(request: web.Request, handler: Handler) -> web.Stre
 
 API_KEY_ID = web.RequestKey("api_key_id", uuid.UUID)
 """The request's key (its row id), for scoping conversations to the caller."""
+TOKENS_PER_MIN = web.RequestKey("tokens_per_min", int)
+"""The tokens a minute the request's tenant may use (absent: no limit)."""
 
 
 @dataclass(frozen=True)
 class KeyView:
     """A live API key, as the router keeps it: its row and tenant, and the tenant's request
-    rate and burst (its quotas, else the router's; no rate: no limit), and its scope."""
+    rate and burst and tokens a minute (its quotas, else the router's; None: no limit), and
+    its scope."""
 
     id: uuid.UUID
     tenant: str
     rate: float | None = None
     burst: int = 1
     scope: str = "all"
+    tokens_per_min: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,9 @@ class RouterApp:
         self.exchange: SpendingExchange | None = None
         """Shares `limits` with the deployment's other router processes (started with the
         service, which has the store's address)."""
+        self.token_limits = TenantLimits()
+        """Each tenant's tokens a minute (`tokens_per_min`), as `limits` its requests."""
+        self.token_exchange: SpendingExchange | None = None
         self._profiles: dict[
             tuple[str, uuid.UUID, tuple[str, ...]], tuple[float, list[Candidate]]
         ] = {}
@@ -245,8 +252,9 @@ class RouterApp:
     async def close(self, _: Service) -> None:
         if self._feed is not None:
             await self._feed.close()
-        if self.exchange is not None:
-            await self.exchange.close()
+        for exchange in (self.exchange, self.token_exchange):
+            if exchange is not None:
+                await exchange.close()
         if self.recorder is not None:  # what was answered is written first, if it can be
             await self.recorder.close(self.cfg.consumer.shutdown_grace)
         await self.client.close()
@@ -270,6 +278,8 @@ class RouterApp:
             return error(403, why, "permission_error")
         tenant = key.tenant
         request[API_KEY_ID] = key.id
+        if key.tokens_per_min is not None:
+            request[TOKENS_PER_MIN] = key.tokens_per_min
         if key.rate is not None:
             wait_s = self.limits.take(tenant, key.rate, key.burst)
             if wait_s > 0:
@@ -312,11 +322,36 @@ class RouterApp:
             own = quotas.Quotas()
         rate = own.requests_per_s or self.cfg.tenant_rate
         burst = own.request_burst or self.cfg.tenant_burst
-        key = KeyView(row.id, row.tenant_id, rate, burst, row.scope)
+        tokens = own.tokens_per_min or self.cfg.tenant_tokens_per_min
+        key = KeyView(row.id, row.tenant_id, rate, burst, row.scope, tokens)
         if self.keys is not None:
             rows = (("api_keys", str(row.id)), ("tenants", row.tenant_id))
             self.keys.put(hashed, key, rows, generation, now)
         return key
+
+    def _over_tokens(self, tenant: str, per_min: int, cost: int) -> web.Response | None:
+        """A 429 when the tenant's tokens a minute cannot take `cost` now, else None (and
+        the tokens are spent)."""
+        if cost > per_min:
+            if self.routed is not None:
+                self.routed.labels("-", "token_rate_limited").inc()
+            return error(
+                429,
+                f"request too large for this tenant's {per_min} tokens a minute: it counts "
+                f"{cost} (its prompt's characters / 4 plus n x max_tokens); ask for fewer "
+                "max_tokens",
+            )
+        wait_s = self.token_limits.take(tenant, per_min / 60, per_min, cost)
+        if wait_s <= 0:
+            return None
+        if self.routed is not None:
+            self.routed.labels("-", "token_rate_limited").inc()
+        return error(
+            429,
+            f"token rate limit: {per_min} tokens a minute for this tenant (this request "
+            f"counts {cost})",
+            headers={"Retry-After": TenantLimits.retry_after(wait_s)},
+        )
 
     async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:
         """The caller's tenant and the request body, or the error response."""
@@ -391,6 +426,12 @@ class RouterApp:
                 f"n x max_tokens asks for {asked * req.n} tokens; this router allows {cap} a "
                 "request",
             )
+        per_min = request.get(TOKENS_PER_MIN)
+        if per_min is not None:
+            completion = req.n * (asked if asked is not None else (cap or 0) // req.n)
+            refused = self._over_tokens(tenant, per_min, len(raw) // 4 + completion)
+            if refused is not None:
+                return refused
         messages = [msgspec.to_builtins(m) for m in req.messages]
         assert self.service is not None and self.service.store is not None
         # Short transactions, none held across a model or endpoint call, and none at all when
@@ -755,6 +796,12 @@ class RouterApp:
             asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self.limits
         )
         self.exchange.start()
+        self.token_exchange = SpendingExchange(
+            asyncpg_dsn(service.store.engine.url),
+            f"{self.cfg.database.schema}#tokens",  # its own stream on the channel
+            self.token_limits,
+        )
+        self.token_exchange.start()
         if isinstance(self.mode, EmbeddingRouting):
             # loaded before the first request (the static table built on a first run, 10 s)
             await asyncio.to_thread(self.mode.warm)

@@ -121,17 +121,18 @@ class TenantLimits:
             return bucket
         return self._refilled(bucket)
 
-    def take(self, tenant: str, rate: float, burst: int) -> float:
-        """0.0 when the request may go on (a token is spent), else the seconds to wait;
-        `rate` requests a second, `burst` at once (a changed quota applies from now)."""
+    def take(self, tenant: str, rate: float, burst: int, cost: int = 1) -> float:
+        """0.0 when the request may go on (`cost` tokens are spent), else the seconds to
+        wait; `rate` a second, `burst` at once (a changed quota applies from now). A `cost`
+        over `burst` never goes on: the caller refuses it first."""
         bucket = self._bucket(tenant, rate, burst)
         bucket.rate, bucket.burst = rate, burst
         bucket.tokens = max(-self._owed_at_most(bucket), min(bucket.tokens, float(burst)))
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            self._unshared[tenant] = self._unshared.get(tenant, 0) + 1
+        if bucket.tokens >= cost:
+            bucket.tokens -= cost
+            self._unshared[tenant] = self._unshared.get(tenant, 0) + cost
             return 0.0
-        return (1.0 - bucket.tokens) / rate
+        return (cost - bucket.tokens) / rate
 
     def unshared(self) -> dict[str, Spent]:
         """The requests let through since the last call, by tenant, with the tenant's rate

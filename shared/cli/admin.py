@@ -240,6 +240,12 @@ UNLIMITED = "none"
     type=_Limit(),
     help="Chat requests at once after a pause (none: RETRACE_ROUTER_TENANT_BURST).",
 )
+@click.option(
+    "--tokens-per-min",
+    type=_Limit(),
+    help="Tokens a minute through the router, a request counted as its prompt's characters "
+    "/ 4 plus n x max_tokens (none: RETRACE_ROUTER_TENANT_TOKENS_PER_MIN).",
+)
 def tenant_quota(tenant_id: str, **given: float | int | str | None) -> None:
     """Show a tenant's quotas and usage; with options, change those named first (`none`: no
     limit, or the router's default for the request rate). A request over a quota is refused,
@@ -276,9 +282,11 @@ def tenant_quota(tenant_id: str, **given: float | int | str | None) -> None:
         ("max_cycles_per_day", str(used.cycles_last_day)),
         ("requests_per_s", "-"),  # counted by the routers, in memory
         ("request_burst", "-"),
+        ("tokens_per_min", "-"),
     ):
         limit = getattr(limits, name)
-        unset = "default" if name.startswith("request") else "none"  # the router's own
+        routers = name.startswith(("request", "tokens"))
+        unset = "default" if routers else "none"  # the router's own
         shown = unset if limit is None else str(limit)
         table.add_row(name, shown, count)
     console.print(table)

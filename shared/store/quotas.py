@@ -1,5 +1,6 @@
 """A tenant's quotas: how many agents it may have, cycles it may run at once and start in a
-day, and its chat requests a second through the router (`services/router/limits.py`). Set by
+day, and its chat requests a second and tokens a minute through the router
+(`services/router/limits.py`). Set by
 the operator (`retrace tenant quota`, `PUT /v1/admin/tenants/{id}/quotas`); unset means
 unlimited (the request rate: the router's own default). They are checked where the thing is
 made, whichever path asked for it: an agent in `create_agent`, a cycle when the evaluator
@@ -28,6 +29,7 @@ MIN_RATE = 0.001
 """The lowest request rate a tenant may be given (one request in about 17 minutes)."""
 Rate = Annotated[float, msgspec.Meta(ge=MIN_RATE, le=1_000_000)] | None
 Burst = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None
 
 
 class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -45,6 +47,12 @@ class Quotas(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=Tr
     request_burst: Burst = None
     """Chat requests at once after a pause, under `requests_per_s`; None: the router's
     `RETRACE_ROUTER_TENANT_BURST`."""
+    tokens_per_min: Tokens = None
+    """Tokens a minute through the router, over all its processes; a minute's worth at once
+    after a pause. A request counts when it is taken, as its prompt's characters / 4 plus
+    `n` x its `max_tokens` (the router's per-request cap where it names none), so the
+    limit holds before anything is generated (a 429 with Retry-After above); None: the
+    router's `RETRACE_ROUTER_TENANT_TOKENS_PER_MIN`."""
 
 
 class Usage(msgspec.Struct, kw_only=True, frozen=True):

@@ -152,6 +152,10 @@ def test_quotas_set_from_the_cli_refuse_in_one_line(api: dict[str, str]) -> None
     assert cli(api, *agent[:2], "bot2", *agent[2:]).returncode == 0
     rate = cli(api, "tenant", "quota", "acme", "--requests-per-s", "2.5", "--request-burst", "4")
     assert rate.returncode == 0 and "2.5" in rate.stdout, rate.stderr
+    tokens = cli(api, "tenant", "quota", "acme", "--tokens-per-min", "120000")
+    assert tokens.returncode == 0 and "120000" in tokens.stdout, tokens.stderr
+    none = cli(api, "tenant", "quota", "acme", "--tokens-per-min", "0")
+    assert "quotas not set" in _one_line(none) and "tokens_per_min" in _one_line(none)
     for wrong in ("-1", "0", "nan", "inf", "fast"):
         bad = cli(api, "tenant", "quota", "acme", "--requests-per-s", wrong)
         assert bad.returncode == 2 and "positive number" in bad.stderr, (wrong, bad.stderr)

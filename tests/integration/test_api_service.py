@@ -282,9 +282,12 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
     assert status == 400 and "max_agents" in out["error"]["message"]
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=limits)
     assert status == 200 and out["quotas"] == {
-        **limits, "requests_per_s": None, "request_burst": None
+        **limits, "requests_per_s": None, "request_burst": None, "tokens_per_min": None,
     }  # fmt: skip
-    for wrong in ({"requests_per_s": 0}, {"request_burst": 0}, {"requests_per_s": "fast"}):
+    for wrong in (
+        {"requests_per_s": 0}, {"request_burst": 0}, {"requests_per_s": "fast"},
+        {"tokens_per_min": 0}, {"tokens_per_min": 2.5},
+    ):  # fmt: skip
         status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body=wrong)
         assert status == 400 and next(iter(wrong)) in out["error"]["message"], out
     assert (await api.call("PUT", "/v1/admin/tenants/nobody/quotas", "admin", body={}))[0] == 404
@@ -301,6 +304,7 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
         **limits,
         "requests_per_s": None,
         "request_burst": None,
+        "tokens_per_min": None,
     }
     assert mine["usage"] == {"agents": 1, "active_cycles": 0, "cycles_last_day": 0}
     # one cycle under way (the evaluator's row, played here): a second is over quota
@@ -330,7 +334,7 @@ async def test_quotas_set_by_the_operator_refuse_with_a_429_that_says_which(
     status, out = await api.call("PUT", "/v1/admin/tenants/acme/quotas", "admin", body={})
     assert status == 200 and out["quotas"] == {
         "max_agents": None, "max_active_cycles": None, "max_cycles_per_day": None,
-        "requests_per_s": None, "request_burst": None,
+        "requests_per_s": None, "request_burst": None, "tokens_per_min": None,
     }  # fmt: skip
     assert (await api.call("POST", "/v1/agents/bot/cycles", body={}))[0] == 202
 

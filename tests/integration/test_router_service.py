@@ -957,6 +957,49 @@ async def test_two_routers_hold_a_tenant_to_one_rate_between_them(
         await server.close()
 
 
+async def test_a_tenant_s_tokens_a_minute_hold_across_routers(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Review of issue 14: rates counted requests only, so a tenant within its request rate
+    could ask for 65,536 tokens each time. A tenant's `tokens_per_min` counts each request as
+    it is taken (prompt characters / 4 plus n x max_tokens), across router processes: what
+    one router let through comes out of the other's minute. A request that alone asks for
+    more than a minute's worth is refused saying so; a tenant without the quota is not held;
+    nothing refused reaches the endpoint."""
+    keys = {tenant: await _tenant_with_bot(store, tenant) for tenant in ("acme", "other")}
+    async with store.cross_tenant() as session:
+        await quotas.set_quotas(session, "acme", quotas.Quotas(tokens_per_min=1000))
+    upstream = Upstream()
+    server = TestServer(upstream.app())
+    await server.start_server()
+    model = ModelConfig(url=f"http://127.0.0.1:{server.port}/v1")
+    routers = [await _started(service_cfg, model, mode="base") for _ in range(2)]
+    [one, other] = [f"http://127.0.0.1:{port}" for _, _, port in routers]
+    alarm = {"model": "bot", "messages": [{"role": "user", "content": "Set an alarm at 7."}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            await eventually(lambda: _sharing([s for s, _, _ in routers]), within=10)
+            status, _, payload = await _chat(http, one, keys["acme"], alarm)  # 65,536 asked
+            assert status == 429 and "request too large" in payload["error"]["message"]
+            assert payload["error"]["type"] == "rate_limit_error"
+            small = {**alarm, "max_tokens": 300}
+            statuses = [(await _chat(http, one, keys["acme"], small))[0] for _ in range(3)]
+            assert statuses == [200, 200, 200]  # about 3 x 325 of the 1,000
+            await asyncio.sleep(1.0)  # four times the interval at which they tell each other
+            status, headers, payload = await _chat(http, other, keys["acme"], small)
+            assert status == 429, payload
+            assert "1000 tokens a minute" in payload["error"]["message"]
+            assert int(headers["Retry-After"]) >= 1
+            for url in (one, other):  # not acme's limit
+                assert (await _chat(http, url, keys["other"], alarm))[0] == 200
+        assert len(upstream.models) == 5
+    finally:
+        for service, run, _ in routers:
+            service.stop()
+            await run
+        await server.close()
+
+
 async def _listening(service: Service) -> bool:
     """Whether a router hears Postgres announce row changes (it keeps rows in memory)."""
     app = service.routes.__self__  # type: ignore[union-attr]
@@ -966,7 +1009,8 @@ async def _listening(service: Service) -> bool:
 async def _sharing(services: list[Service]) -> bool:
     """Whether the routers tell each other what they let through (their exchanges listen)."""
     apps = [s.routes.__self__ for s in services]  # type: ignore[union-attr]
-    return all(a.exchange is not None and a.exchange.live for a in apps)
+    exchanges = [e for a in apps for e in (a.exchange, a.token_exchange)]
+    return all(e is not None and e.live for e in exchanges)
 
 
 async def test_metrics_need_their_key_when_one_is_set(

@@ -29,6 +29,18 @@ def test_a_burst_then_the_rate_and_tenants_apart() -> None:
     assert TenantLimits.retry_after(0.2) == "1" and TenantLimits.retry_after(2.1) == "3"
 
 
+def test_a_cost_takes_that_many_tokens_and_its_wait_is_for_all_of_them() -> None:
+    """Tokens a minute: a request costs what it may use (a minute of 600 at 10 a second)."""
+    clock = Clock()
+    limits = TenantLimits(clock=clock)
+    assert limits.take("acme", 10.0, 600, cost=250) == 0.0
+    assert limits.take("acme", 10.0, 600, cost=250) == 0.0
+    assert limits.take("acme", 10.0, 600, cost=250) == 15.0  # 100 left: 150 more to come
+    clock.now = 15.0
+    assert limits.take("acme", 10.0, 600, cost=250) == 0.0
+    assert limits.unshared()["acme"] == Spent(750, 10.0, 600)  # what others must be told
+
+
 def test_a_budget_gives_its_burst_then_its_rate() -> None:
     """The router's lookups of keys it does not hold: one bucket for the process."""
     clock = Clock()
