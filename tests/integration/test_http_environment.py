@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -65,6 +66,30 @@ async def test_references_played_over_http_score_as_they_do_in_process(served: s
             if (await advance(episode, message)).done:
                 break
         assert (await grade(episode)).success, task.id
+
+
+async def test_the_task_list_is_fetched_where_the_name_was_checked_to_lead(
+    served: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of issue 14: the task list's host was checked, then resolved again by urllib
+    to connect, so a name with no TTL could lead the check to one address and the
+    connection to another (DNS rebinding). It is resolved once now, and the connection made
+    to the address checked: here the second answer would lead nowhere."""
+    port = int(served.rsplit(":", 1)[1])
+    answers = iter(["127.0.0.1", "10.255.255.1", "10.255.255.1"])
+    asked: list[str] = []
+    real = socket.getaddrinfo
+
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host != "desk.rebinding.test":
+            return real(host, *args, **kwargs)
+        asked.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    env = await asyncio.to_thread(HttpEnvironment, f"http://desk.rebinding.test:{port}")
+    assert [t.id for t in env.tasks()] == [t.id for t in DESK.tasks()]
+    assert asked == ["desk.rebinding.test"]
 
 
 async def test_a_step_sent_twice_is_applied_once(served: str) -> None:

@@ -142,22 +142,25 @@ async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
     return None
 
 
-def check_resolved(host: str, port: int) -> None:
+def check_resolved(host: str, port: int) -> str:
     """Resolve `host` now and refuse it where any of its addresses is refused
-    (`connect_refusal`); for a caller that cannot use `GuardedResolver`."""
+    (`connect_refusal`); else the address to connect to, for a caller that cannot use
+    `GuardedResolver` and connects to that address itself (resolving the name again could
+    give another: DNS rebinding). OSError where it does not resolve."""
     literal = _literal(host)
     if literal is not None:
         addresses = [literal]
     else:
         try:
             found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
-            return  # the connection then fails as unreachable, and is retried
+        except UnicodeError as exc:
+            raise OSError(f"environment host {host[:200]!r} cannot be resolved: {exc}") from None
         addresses = [_ip(str(s[0])) for *_, s in found]
     for ip in addresses:
         why = connect_refusal(ip)
         if why is not None:
             raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
+    return str(addresses[0])
 
 
 class GuardedResolver(ThreadedResolver):

@@ -11,17 +11,23 @@ Failures are sorted the way the rest of retrace needs them:
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
-import urllib.error
+import socket
 import urllib.parse
-import urllib.request
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
-from shared.envs.remote.address import GuardedResolver, check_resolved, checked_url
+from shared.envs.remote.address import (
+    EnvironmentAddressError,
+    GuardedResolver,
+    check_resolved,
+    checked_url,
+)
 from shared.envs.remote.wire import (
     PREFIX,
     ResetRequest,
@@ -50,14 +56,31 @@ QUOTE = 500
 """Characters of a bad body quoted in an error."""
 
 
-class _Unredirected(urllib.request.HTTPRedirectHandler):
-    """A redirect is the answer, not a place to go (it could lead anywhere)."""
+def _get(url: str, timeout: float) -> tuple[int, str]:
+    """GET `url`: its status and body. The host is resolved once and checked
+    (`check_resolved`), and the connection made to that address, so the name cannot point
+    elsewhere between the check and the connection (urllib resolved it again: a name with
+    no TTL could answer a public address to the check and an inner one to the connection).
+    A redirect is the answer, not a place to go (it could lead anywhere)."""
+    parts = urllib.parse.urlsplit(url)
+    https = parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
+    host = parts.hostname or ""
+    address = check_resolved(host, port)
+    kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    conn = kind(host, port, timeout=timeout)  # the name for Host and TLS, the address for TCP
+    conn._create_connection = functools.partial(_connect_to, address)  # type: ignore[attr-defined]
+    try:
+        conn.request("GET", parts.path or "/", headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
-
-_NO_REDIRECTS = urllib.request.build_opener(_Unredirected)
+def _connect_to(address: str, named: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+    """`socket.create_connection` to `address` instead of the name `http.client` has."""
+    return socket.create_connection((address, named[1]), *args, **kwargs)
 
 
 class EnvironmentProtocolError(PermanentError):
@@ -121,14 +144,11 @@ class HttpEnvironment:
 
     def _fetch_tasks(self) -> TaskList:
         url = self.base + "/tasks"
-        parts = urllib.parse.urlsplit(url)
-        check_resolved(parts.hostname or "", parts.port or 80)
         try:
-            with _NO_REDIRECTS.open(url, timeout=TASKS_TIMEOUT_S) as response:
-                status, text = response.status, response.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            status, text = exc.code, exc.read().decode("utf-8", "replace")
-        except (OSError, ValueError) as exc:
+            status, text = _get(url, TASKS_TIMEOUT_S)
+        except EnvironmentAddressError:
+            raise
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             raise RetryableError(f"environment {self.name}: cannot list its tasks: {exc}") from exc
         listing = _decoded(url, status, text, TaskList)
         if not listing.tasks:
