@@ -1,6 +1,7 @@
 """What an API key may do: `all` (every route, as every key could before), `read` (the
 control API's reads and the console) or `inference` (the router only), so the key an
-application sends with each request cannot mint keys or change agents (issue 14).
+application sends with each request cannot mint keys or change agents (issue 14). Keys
+made before it are `all`. Going back revokes the scoped keys (they would do everything).
 
 Revision ID: 0010
 Revises: 0009
@@ -28,5 +29,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # without the column every key may do everything: a scoped key is revoked, not widened
+    op.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE scope <> 'all' AND revoked_at IS NULL"
+    )
     op.drop_constraint(op.f("ck_api_keys_scope"), "api_keys", type_="check")
     op.drop_column("api_keys", "scope")

@@ -197,6 +197,11 @@ async def refusals(request: web.Request, handler: Route) -> web.StreamResponse:
 class ApiApp:
     def __init__(self, cfg: ApiConfig) -> None:
         self.cfg = cfg
+        if cfg.tenant_environments_private and not cfg.environments.private_allowed:
+            log.warning(
+                "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true has no effect: "
+                "RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false, no private address is named"
+            )
         self.service: Service | None = None
         self._environments: tuple[float, list[EnvironmentOut]] | None = None
 

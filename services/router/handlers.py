@@ -117,9 +117,9 @@ class KeyView:
 
     id: uuid.UUID
     tenant: str
+    scope: str
     rate: float | None = None
     burst: int = 1
-    scope: str = "all"
     tokens_per_min: int | None = None
 
 
@@ -323,7 +323,7 @@ class RouterApp:
         rate = own.requests_per_s or self.cfg.tenant_rate
         burst = own.request_burst or self.cfg.tenant_burst
         tokens = own.tokens_per_min or self.cfg.tenant_tokens_per_min
-        key = KeyView(row.id, row.tenant_id, rate, burst, row.scope, tokens)
+        key = KeyView(row.id, row.tenant_id, row.scope, rate, burst, tokens)
         if self.keys is not None:
             rows = (("api_keys", str(row.id)), ("tenants", row.tenant_id))
             self.keys.put(hashed, key, rows, generation, now)

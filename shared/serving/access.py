@@ -109,9 +109,10 @@ def weaknesses(access: ModelAccess) -> list[str]:
     start warns of it: no key, no admin key, adapters from any path."""
     said = []
     if not access.api_keys.required:
+        changes = "" if access.admin_keys.required else ", loads and unloads"
         said.append(
-            "no key: whoever reaches the port chats with, lists, loads and unloads every "
-            "tenant's adapters (set RETRACE_MODEL_API_KEY)"
+            f"no key: whoever reaches the port chats with, lists{changes} every tenant's "
+            "adapters (set RETRACE_MODEL_API_KEY)"
         )
     elif not access.admin_keys.required:
         said.append(

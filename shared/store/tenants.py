@@ -27,7 +27,8 @@ KeyScope = Literal["all", "read", "inference"]
 SCOPES: dict[str, str] = {
     "all": "every route: the router, the control API (keys included) and the console",
     "read": "the control API's reads and the console; not the router, nothing changed",
-    "inference": "the router only (chat completions and the list of models)",
+    "inference": "the router only (chat completions, the list of models, feedback on its "
+    "tenant's conversations)",
 }
 """What a key may do. An application's key needs `inference` alone: leaked, it cannot mint
 keys, change agents or read other users' trajectories."""

@@ -275,6 +275,11 @@ def test_up_then_status_then_control_plane(env: dict[str, str], tmp_path: Path) 
         listed_keys = cli(env, "tenant", "key", "list", "acme")
         assert ci_key[:16] in listed_keys.stdout and "ci" in listed_keys.stdout
         assert "inference" in listed_keys.stdout, listed_keys.stdout
+        app_rotated = cli(env, "tenant", "key", "rotate", "acme", app_key.stdout.split(
+            "API key (shown once): ")[1].split()[0])  # fmt: skip
+        assert app_rotated.returncode == 0, app_rotated.stderr
+        listed_again = cli(env, "tenant", "key", "list", "acme").stdout
+        assert listed_again.count("inference") == 2, listed_again  # the new key kept it
         rotated = cli(env, "tenant", "key", "rotate", "acme", ci_key[:16])
         assert rotated.returncode == 0 and "new API key (shown once): rt_acme_" in rotated.stdout
         new_key = rotated.stdout.split("new API key (shown once): ")[1].split()[0]

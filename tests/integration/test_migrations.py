@@ -155,3 +155,42 @@ async def test_0004_moves_a_flat_cycle_s_data_by_stage_and_back(
         assert (await stored()).data == flat
     finally:
         await store.close()
+
+
+async def test_0010_makes_old_keys_all_and_going_back_revokes_the_scoped(
+    database_url: str, schema: str
+) -> None:
+    """Keys made before scopes keep doing everything; going back below 0010 revokes the
+    scoped ones (without the column they would do everything)."""
+    await upgrade_async(database_url, schema, "0009")
+    store = Store.connect(DatabaseConfig(schema=schema, pool_size=2), database_url)
+    try:
+        async with store.cross_tenant() as session:
+            await session.execute(text("INSERT INTO tenants (id, name) VALUES ('acme', 'acme')"))
+            await session.execute(
+                text(
+                    "INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash) VALUES "
+                    "(gen_random_uuid(), 'acme', 'old', 'rt_acme_old', 'h-old')"
+                )
+            )
+        await upgrade_async(database_url, schema)
+
+        async def keys() -> dict[str, bool]:
+            async with store.cross_tenant() as session:
+                rows = await session.execute(
+                    text("SELECT name, revoked_at IS NULL FROM api_keys ORDER BY name")
+                )
+                return {name: live for name, live in rows}
+
+        async with store.cross_tenant() as session:
+            assert (await session.execute(text("SELECT scope FROM api_keys"))).scalar() == "all"
+            await session.execute(
+                text(
+                    "INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, scope) VALUES "
+                    "(gen_random_uuid(), 'acme', 'app', 'rt_acme_app', 'h-app', 'inference')"
+                )
+            )
+        await downgrade_async(database_url, schema, "0009")
+        assert await keys() == {"app": False, "old": True}
+    finally:
+        await store.close()

@@ -695,6 +695,12 @@ async def test_a_key_of_scope_read_is_refused_and_one_of_scope_inference_served(
                 f"{url}/v1/models", headers={"Authorization": f"Bearer {viewer}"}
             ) as r:
                 assert r.status == 403
+            async with http.post(
+                f"{url}/v1/feedback",
+                json={"conversation_id": str(uuid.uuid4()), "success": True},
+                headers={"Authorization": f"Bearer {viewer}"},
+            ) as r:
+                assert r.status == 403
 
 
 async def test_keys_agents_and_adapters_are_read_once_then_kept_until_they_change(

@@ -217,7 +217,8 @@ async def test_without_a_key_file_nothing_watches_and_sighup_is_not_taken() -> N
 @pytest.mark.parametrize(
     ("api_key", "admin_key", "dirs", "warned"),
     [
-        (None, None, ["x"], ["no key"]),
+        (None, None, ["x"], ["loads and unloads"]),
+        (None, ADMIN, ["x"], ["lists every tenant's adapters"]),
         (OLD, None, ["x"], ["no admin key"]),
         (OLD, ADMIN, ["x"], []),
         (OLD, ADMIN, None, ["any path"]),
