@@ -30,8 +30,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # without the column every key may do everything: a scoped key is revoked, not widened
-    op.execute(
-        "UPDATE api_keys SET revoked_at = now() WHERE scope <> 'all' AND revoked_at IS NULL"
-    )
+    op.execute("UPDATE api_keys SET revoked_at = now() WHERE scope <> 'all' AND revoked_at IS NULL")
     op.drop_constraint(op.f("ck_api_keys_scope"), "api_keys", type_="check")
     op.drop_column("api_keys", "scope")

@@ -387,15 +387,13 @@ class ApiApp:
             why = await tenant_url_refusal(ref, private)
             if why is not None:
                 hint = ""
-                if "private network" in why and not self.cfg.environments.private_allowed:
-                    hint = (
-                        " (this deployment reaches no environment there: "
-                        "RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false)"
-                    )
-                elif "private network" in why:
+                if "private network" in why:
                     hint = (
                         " (the operator allows such addresses with "
                         "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"
+                        if self.cfg.environments.private_allowed
+                        else " (this deployment reaches no environment there: "
+                        "RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false)"
                     )
                 raise Refused(400, why + hint)
             return ref

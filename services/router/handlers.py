@@ -274,7 +274,8 @@ class RouterApp:
             return key
         if key is None:
             return error(401, "unknown or revoked API key", "authentication_error")
-        if key.scope != "all" and (why := scope_refusal(key.scope, "router")) is not None:
+        why = scope_refusal(key.scope, "router")
+        if why is not None:
             return error(403, why, "permission_error")
         tenant = key.tenant
         request[API_KEY_ID] = key.id
@@ -332,26 +333,25 @@ class RouterApp:
     def _over_tokens(self, tenant: str, per_min: int, cost: int) -> web.Response | None:
         """A 429 when the tenant's tokens a minute cannot take `cost` now, else None (and
         the tokens are spent)."""
+        headers = None  # no wait lets a request larger than a minute's worth through
         if cost > per_min:
-            if self.routed is not None:
-                self.routed.labels("-", "token_rate_limited").inc()
-            return error(
-                429,
+            message = (
                 f"request too large for this tenant's {per_min} tokens a minute: it counts "
                 f"{cost} (its prompt's characters / 4 plus n x max_tokens); ask for fewer "
-                "max_tokens",
+                "max_tokens"
             )
-        wait_s = self.token_limits.take(tenant, per_min / 60, per_min, cost)
-        if wait_s <= 0:
-            return None
+        else:
+            wait_s = self.token_limits.take(tenant, per_min / 60, per_min, cost)
+            if wait_s <= 0:
+                return None
+            message = (
+                f"token rate limit: {per_min} tokens a minute for this tenant (this request "
+                f"counts {cost})"
+            )
+            headers = {"Retry-After": TenantLimits.retry_after(wait_s)}
         if self.routed is not None:
             self.routed.labels("-", "token_rate_limited").inc()
-        return error(
-            429,
-            f"token rate limit: {per_min} tokens a minute for this tenant (this request "
-            f"counts {cost})",
-            headers={"Retry-After": TenantLimits.retry_after(wait_s)},
-        )
+        return error(429, message, headers=headers)
 
     async def _authorized(self, request: web.Request) -> tuple[str, bytes] | web.Response:
         """The caller's tenant and the request body, or the error response."""

@@ -180,12 +180,6 @@ async def live_key_and_quotas(session: AsyncSession, key: str) -> tuple[ApiKey, 
     return (found[0], found[1]) if found is not None else None
 
 
-async def tenant_for_key(session: AsyncSession, key: str) -> str | None:
-    """The tenant a presented key belongs to, or None (needs a cross-tenant session)."""
-    row = await live_key(session, key) if key else None
-    return row.tenant_id if row else None
-
-
 class TenantBusyError(PermanentError):
     """The tenant has work in progress."""
 

@@ -20,8 +20,8 @@ from shared.store.tenants import (
     live_key,
     revoke_api_key,
     scope_refusal,
-    tenant_for_key,
 )
+from tests.support.keys import tenant_for_key
 
 
 async def test_revoke_and_rotate_by_prefix(store: Store) -> None:

@@ -957,10 +957,7 @@ async def test_two_routers_hold_a_tenant_to_one_rate_between_them(
             assert int(headers["Retry-After"]) >= 1
         assert len(upstream.models) == 3
     finally:
-        for service, run, _ in routers:
-            service.stop()
-            await run
-        await server.close()
+        await _stopped(routers, server)
 
 
 async def test_a_tenant_s_tokens_a_minute_hold_across_routers(
@@ -1000,10 +997,17 @@ async def test_a_tenant_s_tokens_a_minute_hold_across_routers(
                 assert (await _chat(http, url, keys["other"], alarm))[0] == 200
         assert len(upstream.models) == 5
     finally:
-        for service, run, _ in routers:
-            service.stop()
-            await run
-        await server.close()
+        await _stopped(routers, server)
+
+
+async def _stopped(
+    routers: list[tuple[Service, asyncio.Task[int], int]], server: TestServer
+) -> None:
+    """Each router stopped, then the stand-in endpoint."""
+    for service, run, _ in routers:
+        service.stop()
+        await run
+    await server.close()
 
 
 async def _listening(service: Service) -> bool:

@@ -10,7 +10,8 @@ from shared.errors import CrossTenantError, UnscopedQueryError
 from shared.store import Store
 from shared.store.agents import AgentNotFoundError, create_agent, get_agent, list_agents
 from shared.store.models import Agent, ApiKey, Tenant, Trajectory
-from shared.store.tenants import create_tenant, issue_api_key, tenant_for_key
+from shared.store.tenants import create_tenant, issue_api_key
+from tests.support.keys import tenant_for_key
 
 
 @pytest.fixture
