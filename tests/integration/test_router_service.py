@@ -993,6 +993,8 @@ async def test_a_tenant_s_tokens_a_minute_hold_across_routers(
             assert status == 429, payload
             assert "1000 tokens a minute" in payload["error"]["message"]
             assert int(headers["Retry-After"]) >= 1
+            status, _, payload = await _chat(http, one, keys["acme"], {**small, "stream": True})
+            assert status == 429, payload  # a stream is counted alike, before it begins
             for url in (one, other):  # not acme's limit
                 assert (await _chat(http, url, keys["other"], alarm))[0] == 200
         assert len(upstream.models) == 5
