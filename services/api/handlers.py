@@ -85,12 +85,12 @@ from shared.store.models import (
     Cycle,
     Environment,
     Evaluation,
+    KeyScope,
     Tenant,
     Trajectory,
     Work,
 )
 from shared.store.tenants import (
-    KeyScope,
     TenantExistsError,
     UnknownKeyError,
     create_tenant,

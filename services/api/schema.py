@@ -20,11 +20,11 @@ from shared.store.models import (
     Cycle,
     Environment,
     Evaluation,
+    KeyScope,
     Tenant,
     Trajectory,
 )
 from shared.store.quotas import Quotas, Usage
-from shared.store.tenants import KeyScope
 
 Name = Annotated[
     str,

@@ -419,7 +419,8 @@ class RouterApp:
         cap = self.cfg.max_request_tokens
         asked = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
         if cap is not None and asked is None:
-            body["max_tokens"] = msgspec.Raw(b"%d" % max(1, cap // req.n))
+            asked = max(1, cap // req.n)  # what each choice is sent with
+            body["max_tokens"] = msgspec.Raw(b"%d" % asked)
         elif cap is not None and asked is not None and asked * req.n > cap:
             return error(
                 400,
@@ -428,8 +429,7 @@ class RouterApp:
             )
         per_min = request.get(TOKENS_PER_MIN)
         if per_min is not None:
-            completion = req.n * (asked if asked is not None else (cap or 0) // req.n)
-            refused = self._over_tokens(tenant, per_min, len(raw) // 4 + completion)
+            refused = self._over_tokens(tenant, per_min, len(raw) // 4 + req.n * (asked or 0))
             if refused is not None:
                 return refused
         messages = [msgspec.to_builtins(m) for m in req.messages]

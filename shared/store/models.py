@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 from sqlalchemy import (
@@ -111,9 +111,15 @@ class Tenant(Base):
     tenant_id: Mapped[str] = synonym("id")
 
 
+KeyScope = Literal["all", "read", "inference"]
+"""What an API key may do (`shared.store.tenants.SCOPES` says what each allows)."""
+
+
 class ApiKey(TenantOwned, Base):
     __tablename__ = "api_keys"
-    __table_args__ = (CheckConstraint("scope IN ('all', 'read', 'inference')", name="scope"),)
+    __table_args__ = (
+        CheckConstraint(f"scope IN ({', '.join(map(repr, get_args(KeyScope)))})", name="scope"),
+    )
 
     id: Mapped[uuid.UUID] = _id()
     name: Mapped[str] = mapped_column(Text)

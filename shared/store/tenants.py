@@ -23,7 +23,6 @@ KEY_RE = re.compile(r"\Art_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_[A-Za-z0-9_-]{32
 base64): anything else is no key of ours, refused without a store lookup."""
 
 
-KeyScope = Literal["all", "read", "inference"]
 SCOPES: dict[str, str] = {
     "all": "every route: the router, the control API (keys included) and the console",
     "read": "the control API's reads and the console; not the router, nothing changed",

@@ -22,12 +22,7 @@ import aiohttp
 import msgspec
 
 from shared.envs.protocol import Message, Score, StepResult, TaskSpec
-from shared.envs.remote.address import (
-    EnvironmentAddressError,
-    GuardedResolver,
-    check_resolved,
-    checked_url,
-)
+from shared.envs.remote.address import GuardedResolver, check_resolved, checked_url
 from shared.envs.remote.wire import (
     PREFIX,
     ResetRequest,
@@ -146,8 +141,6 @@ class HttpEnvironment:
         url = self.base + "/tasks"
         try:
             status, text = _get(url, TASKS_TIMEOUT_S)
-        except EnvironmentAddressError:
-            raise
         except (OSError, ValueError, http.client.HTTPException) as exc:
             raise RetryableError(f"environment {self.name}: cannot list its tasks: {exc}") from exc
         listing = _decoded(url, status, text, TaskList)
