@@ -133,13 +133,14 @@ def test_each_message_is_serialised_once_however_long_the_history(
     import services.router.conversations as conversations
 
     seen = 0
+    serialised = conversations.serialised
 
-    def counted(m: dict[str, Any]) -> dict[str, Any]:
+    def counted(m: dict[str, Any]) -> bytes:
         nonlocal seen
         seen += 1
-        return canonical(m)
+        return serialised(m)
 
-    monkeypatch.setattr(conversations, "canonical", counted)
+    monkeypatch.setattr(conversations, "serialised", counted)
     history = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(200)
     ]
