@@ -11,7 +11,6 @@ serialised, so key order or absent-vs-null fields do not matter. A client may in
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -125,9 +124,12 @@ def serialised(message: dict[str, Any]) -> bytes:
     the router's requests and replies have (strings for the role, content, tool names and
     arguments), in a quarter to a half of the time (on long agent conversations `json` here
     was a sixth of the router's CPU); any other shape, or a lone surrogate, goes to `json`."""
-    with contextlib.suppress(UnicodeError):  # a lone surrogate: msgspec will not write it
-        if (written := _written(message)) is not None:
-            return written
+    try:
+        written = _written(message)
+    except UnicodeError:  # a lone surrogate: msgspec will not write it
+        written = None
+    if written is not None:
+        return written
     return _CANONICAL.encode(canonical(message)).encode("utf-8", "surrogatepass")
 
 
