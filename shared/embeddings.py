@@ -478,6 +478,9 @@ class LearnedStatic(StaticMiniLM):
         super().__init__(cache_dir)
         self.path = path
         self._learned: Any = None
+        self._loading = threading.Lock()
+        """Held through a load: a second caller meanwhile (routing's warm-up and a first
+        request) waits for it rather than read the plain table again once it is dropped."""
 
     @property
     def ready(self) -> bool:
@@ -485,14 +488,14 @@ class LearnedStatic(StaticMiniLM):
 
     def _load(self) -> tuple[Any, WordIds]:
         if self._learned is None:
-            from shared.routing import learned_table
-
-            table, _ = super()._load()
-            learned = learned_table.load(table, teacher_version(), self.path or learned_table.TABLE)
-            with self._lock:
+            with self._loading:
                 if self._learned is None:
-                    self._learned = learned
-                self._table = None  # the plain rows: not kept twice
+                    from shared.routing import learned_table
+
+                    table, _ = super()._load()
+                    path = self.path or learned_table.TABLE
+                    self._learned = learned_table.load(table, teacher_version(), path)
+                    self._table = None  # the plain rows: not kept twice
         assert self._words is not None
         return self._learned, self._words
 
