@@ -167,6 +167,18 @@ class EnvironmentsConfig(msgspec.Struct, kw_only=True, frozen=True):
     then checked, so a tenant's name that resolved to a public address when the control API
     checked it and to an inner one later (DNS rebinding) reaches nothing. Link-local and
     metadata addresses are refused either way."""
+    private_hosts: list[str] = msgspec.field(default_factory=list)
+    """Names besides those of one label or under `.internal`, `.local`, `.localhost`,
+    `.home.arpa` and `.test` that may lead to a private or loopback address
+    (`RETRACE_ENVIRONMENTS_PRIVATE_HOSTS`, comma-separated; `*.corp.example` for every name
+    under one): an inner server behind a name public DNS could answer for. Any other name
+    that answers such an address when a service connects is refused (DNS rebinding)."""
+
+    def apply(self) -> None:
+        """This process's connections to environments follow these settings."""
+        from shared.envs.remote.address import allow_private
+
+        allow_private(self.private_allowed, self.private_hosts)
 
 
 class ServiceConfig(msgspec.Struct, kw_only=True, frozen=True):

@@ -387,7 +387,7 @@ class ApiApp:
             why = await tenant_url_refusal(ref, private)
             if why is not None:
                 hint = ""
-                if "private network" in why:
+                if "private network" in why and "DNS rebinding" not in why:
                     hint = (
                         " (the operator allows such addresses with "
                         "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"

@@ -50,10 +50,14 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def load_settings() -> ServiceConfig:
+    """The deployment's settings; this process's connections to environments follow them
+    (`EnvironmentsConfig.apply`), as every service's do."""
     try:
-        return load_config(ServiceConfig, service="cli")
+        cfg = load_config(ServiceConfig, service="cli")
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    cfg.environments.apply()
+    return cfg
 
 
 def state_path(cfg: ServiceConfig) -> Path:

@@ -9,7 +9,7 @@ from collections import Counter
 import click
 from rich.table import Table
 
-from shared.cli.context import make_console
+from shared.cli.context import load_settings, make_console
 from shared.envs import conformance
 from shared.envs.registry import available, canonical, get_environment
 from shared.envs.remote.client import is_http_ref
@@ -21,6 +21,7 @@ console = make_console()
 @click.group("env")
 def env() -> None:
     """Environments: built-in ones and those installed packages declare."""
+    load_settings()  # where an HTTP environment may be reached, as the services reach it
 
 
 @env.command("list")

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from shared.config import ServiceConfig, load_config
-from shared.envs.remote.address import allow_private
 from shared.errors import ConfigError, EmbeddedServerError
 from shared.logging import configure_logging, get_logger
 from shared.runtime.service import Service
@@ -25,7 +24,7 @@ def run_service(name: str, config_cls: type[C], build: Callable[[C], Service]) -
         get_logger(name).error("configuration rejected", error=str(exc))
         sys.exit(2)
     configure_logging(cfg.log.level, cfg.log.format, service=name)
-    allow_private(cfg.environments.private_allowed)  # this process's environment connections
+    cfg.environments.apply()  # this process's environment connections
     try:
         service = build(cfg)
     except ConfigError as exc:  # what the settings name is unusable (a routing pack, say)

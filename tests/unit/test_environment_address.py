@@ -21,6 +21,7 @@ from shared.envs.remote.address import (
     allow_private,
     check_resolved,
     checked_url,
+    inner_name,
     refusal,
     tenant_refusal,
     tenant_url_refusal,
@@ -126,8 +127,10 @@ async def test_a_name_that_resolves_to_metadata_is_refused(monkeypatch: pytest.M
 
     monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
     with pytest.raises(EnvironmentAddressError, match="metadata"):
-        await _Answers("10.0.0.1", "169.254.169.254").resolve("env.example.com", 80)
-    assert [r["host"] for r in await _Answers("10.0.0.1").resolve("env.example.com", 80)] == [
+        await _Answers("10.0.0.1", "169.254.169.254").resolve("env.internal", 80)
+    with pytest.raises(EnvironmentAddressError, match="metadata"):
+        await _Answers("93.184.216.34", "169.254.169.254").resolve("env.example.com", 80)
+    assert [r["host"] for r in await _Answers("10.0.0.1").resolve("env.internal", 80)] == [
         "10.0.0.1"
     ]
 
@@ -178,3 +181,110 @@ def test_the_deployment_s_setting_is_read_as_every_service_reads_its_config() ->
     assert load_config(ServiceConfig, env={}).environments.private_allowed
     cfg = load_config(ServiceConfig, env={"RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED": "false"})
     assert not cfg.environments.private_allowed
+
+
+@pytest.fixture
+def operator_hosts() -> Iterator[None]:
+    allow_private(True, [" *.Corp.Example ", "envs.mycorp.com.", ""])
+    try:
+        yield
+    finally:
+        allow_private(True)
+
+
+@pytest.mark.parametrize(
+    ("host", "inner"),
+    [
+        ("pantry", True),  # a compose service
+        ("LOCALHOST.", True),
+        ("10.0.0.7", True),  # an address written out: nothing to rebind
+        ("::1", True),
+        ("env.internal", True),
+        ("printer.local", True),
+        ("a.b.localhost", True),
+        ("nas.home.arpa", True),
+        ("desk.rebinding.test", True),
+        ("env.example.com", False),
+        ("internal.example.com", False),
+        ("evil.test.example.com", False),
+        ("envs.corp.example", True),  # listed by the operator (below)
+        ("a.b.corp.example", True),
+        ("corp.example", False),  # `*.corp.example` is the names under it
+        ("evilcorp.example", False),
+        ("envs.mycorp.com", True),
+        ("evil-envs.mycorp.com", False),
+        ("x.envs.mycorp.com", False),
+    ],
+)
+def test_which_names_may_lead_inside(operator_hosts: None, host: str, inner: bool) -> None:
+    assert inner_name(host) is inner
+
+
+async def test_a_public_name_that_answers_an_inner_address_is_refused_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of issue 14 (DNS rebinding under the default): a tenant's name resolved to a
+    public address when the control API checked it and to an inner one when a service
+    connects. Private addresses are allowed (the default), but only under names nobody on
+    the internet can answer for; this one is refused at the services' resolver, in the
+    task-list fetch and when named again."""
+
+    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
+        return await self._answer(host, port)
+
+    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
+    for inner in ("10.0.0.1", "127.0.0.1", "192.168.1.20", "::1", "::ffff:10.0.0.1"):
+        with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
+            await _Answers("93.184.216.34", inner).resolve("env.example.com", 80)
+        # the same answer for an inner name is the operator's server
+        await _Answers(inner).resolve("envs.internal", 80)
+        await _Answers(inner).resolve("pantry", 80)
+    public = await _Answers("93.184.216.34").resolve("env.example.com", 80)
+    assert [r["host"] for r in public] == ["93.184.216.34"]
+
+    real = socket.getaddrinfo
+
+    def inner_answer(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host != "env.example.com":
+            return real(host, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", 80))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", inner_answer)
+    with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
+        check_resolved("env.example.com", 80)
+    # the operator naming it (private allowed) is told at once, not at the first call
+    why = await tenant_url_refusal("http://env.example.com/", private_allowed=True)
+    assert why is not None and "RETRACE_ENVIRONMENTS_PRIVATE_HOSTS" in why
+
+
+async def test_an_inner_server_behind_a_public_name_is_reached_once_listed(
+    monkeypatch: pytest.MonkeyPatch, operator_hosts: None
+) -> None:
+    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
+        return await self._answer(host, port)
+
+    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
+    assert [r["host"] for r in await _Answers("10.1.2.3").resolve("envs.mycorp.com", 80)] == [
+        "10.1.2.3"
+    ]
+    with pytest.raises(EnvironmentAddressError, match="metadata"):  # never, listed or not
+        await _Answers("169.254.169.254").resolve("envs.mycorp.com", 80)
+
+
+def test_the_listed_names_are_read_as_every_service_and_the_cli_read_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared.cli.context import load_settings
+
+    cfg = load_config(
+        ServiceConfig, env={"RETRACE_ENVIRONMENTS_PRIVATE_HOSTS": "envs.mycorp.com, *.corp.example"}
+    )
+    assert cfg.environments.private_hosts == ["envs.mycorp.com", "*.corp.example"]
+    assert load_config(ServiceConfig, env={}).environments.private_hosts == []
+    monkeypatch.setenv("RETRACE_ENVIRONMENTS_PRIVATE_HOSTS", "envs.mycorp.com")
+    try:
+        load_settings()  # every CLI command that reads the settings
+        assert inner_name("envs.mycorp.com")
+    finally:
+        allow_private(True)
+    assert not inner_name("envs.mycorp.com")

@@ -13,9 +13,14 @@ metadata with its credentials) whose answer comes back quoted in an error.
 - A tenant's URL (the control API) must also be public (`ipaddress`'s `is_global`) unless
   the operator allows private and loopback ones (`RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE`):
   `tenant_url_refusal`. That is checked when the URL is named; a name can point elsewhere
-  later (DNS rebinding). A deployment whose environment servers are all public closes that
-  too: `RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false` (`allow_private`, set by every service at
-  its start) refuses private and loopback answers at every connection as well.
+  later (DNS rebinding). So at every connection a private or loopback answer is taken only
+  for a name that cannot be anyone's on the internet (`inner_name`): one label (a compose
+  service, `localhost`) or under the suffixes reserved for inner networks (`.internal`,
+  `.local`, `.localhost`, `.home.arpa`, `.test`), or one the operator lists
+  (`RETRACE_ENVIRONMENTS_PRIVATE_HOSTS`); an address written in the URL is what it is. A
+  deployment whose environment servers are all public refuses private and loopback answers
+  at every connection: `RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false`. (`allow_private` takes
+  both; every service sets them at its start, the CLI too.)
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from aiohttp.abc import ResolveResult
@@ -38,16 +44,39 @@ METADATA = frozenset(
 """Cloud instance-metadata addresses (AWS over IPv6, Alibaba; the link-local one of most)."""
 
 
+INNER_SUFFIXES = (".internal", ".local", ".localhost", ".home.arpa", ".test")
+"""Names under these are never given out on the internet (ICANN's private-use `.internal`,
+mDNS's `.local`, RFC 6761's and RFC 8375's), so no tenant can make one answer an inner
+address later: they may lead to private and loopback addresses, as may a name of one label."""
+
 _private_allowed = True
 """This process's policy (`allow_private`): whether a connection may reach a private or
 loopback address."""
+_private_hosts: tuple[str, ...] = ()
+"""Names beyond `inner_name`'s own that may lead there (`allow_private`)."""
 
 
-def allow_private(allowed: bool) -> None:
+def allow_private(allowed: bool, hosts: Sequence[str] = ()) -> None:
     """Set whether this process's connections to environments may reach private and loopback
-    addresses (`EnvironmentsConfig.private_allowed`; a service sets it at its start)."""
-    global _private_allowed
+    addresses, and the names besides `inner_name`'s that may lead there (`*.suffix` for
+    every name under one); `EnvironmentsConfig`, set by a service at its start."""
+    global _private_allowed, _private_hosts
     _private_allowed = allowed
+    _private_hosts = tuple(h.strip().lower().rstrip(".") for h in hosts if h.strip())
+
+
+def inner_name(host: str) -> bool:
+    """Whether `host` may lead to a private or loopback address: an address written out, a
+    name of one label, a name under `INNER_SUFFIXES`, or one the operator listed
+    (`allow_private`). Any other name is one the internet's DNS answers, whose owner can
+    make it answer an inner address after it was checked (DNS rebinding)."""
+    name = host.strip().lower().rstrip(".")
+    if _literal(name) is not None or "." not in name or name.endswith(INNER_SUFFIXES):
+        return True
+    return any(
+        name.endswith(pattern[1:]) if pattern.startswith("*.") else name == pattern
+        for pattern in _private_hosts
+    )
 
 
 class EnvironmentAddressError(PermanentError):
@@ -83,7 +112,7 @@ def checked_url(url: str) -> str:
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} contains whitespace")
     literal = _literal(parts.hostname)
-    if literal is not None and (why := connect_refusal(literal)) is not None:
+    if literal is not None and (why := connect_refusal(literal, parts.hostname)) is not None:
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} leads to {why}")
     return url
 
@@ -102,10 +131,23 @@ def refusal(ip: IpAddress) -> str | None:
     return None
 
 
-def connect_refusal(ip: IpAddress) -> str | None:
-    """Why no connection to an environment is made to `ip` in this process, or None:
-    `refusal`, then (where this process allows none, `allow_private`) a private one."""
-    return tenant_refusal(ip, _private_allowed)
+def connect_refusal(ip: IpAddress, host: str) -> str | None:
+    """Why no connection to an environment is made to `ip`, an address of `host`, in this
+    process, or None: `refusal`, then a private one where this process allows none
+    (`allow_private`) or `host` is a name that should not lead there (`inner_name`)."""
+    why = tenant_refusal(ip, _private_allowed)
+    if why is None and not _leads_to(ip).is_global and not inner_name(host):
+        return rebinding(ip, host)
+    return why
+
+
+def rebinding(ip: IpAddress, host: str) -> str:
+    return (
+        f"an address inside a private network or this machine ({ip}) under a name the "
+        f"internet's DNS answers ({host[:200]!r}: DNS rebinding); an operator's inner server "
+        "is named by its address, one label, a name under "
+        f"{', '.join(INNER_SUFFIXES)}, or one listed in RETRACE_ENVIRONMENTS_PRIVATE_HOSTS"
+    )
 
 
 def tenant_refusal(ip: IpAddress, private_allowed: bool) -> str | None:
@@ -136,7 +178,10 @@ async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
     except (OSError, UnicodeError) as exc:
         return f"environment host {host[:200]!r} does not resolve: {exc}"
     for *_, sockaddr in found:
-        why = tenant_refusal(_ip(str(sockaddr[0])), private_allowed)
+        address = _ip(str(sockaddr[0]))
+        why = tenant_refusal(address, private_allowed)
+        if why is None and not _leads_to(address).is_global and not inner_name(host):
+            why = rebinding(address, host)  # the services would refuse it at every call
         if why is not None:
             return f"environment URL {url[:200]!r} leads to {why}"
     return None
@@ -157,7 +202,7 @@ def check_resolved(host: str, port: int) -> str:
             raise OSError(f"environment host {host[:200]!r} cannot be resolved: {exc}") from None
         addresses = [_ip(str(s[0])) for *_, s in found]
     for ip in addresses:
-        why = connect_refusal(ip)
+        why = connect_refusal(ip, host)
         if why is not None:
             raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
     return str(addresses[0])
@@ -172,7 +217,7 @@ class GuardedResolver(ThreadedResolver):
     ) -> list[ResolveResult]:
         found = await super().resolve(host, port, family)
         for result in found:
-            why = connect_refusal(_ip(result["host"]))
+            why = connect_refusal(_ip(result["host"]), host)
             if why is not None:
                 raise EnvironmentAddressError(f"environment host {host!r} leads to {why}")
         return found
