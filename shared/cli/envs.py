@@ -21,13 +21,13 @@ console = make_console()
 @click.group("env")
 def env() -> None:
     """Environments: built-in ones and those installed packages declare."""
-    load_settings()  # where an HTTP environment may be reached, as the services reach it
 
 
 @env.command("list")
 def env_list() -> None:
     """Every environment with its origin and task counts per split; one that cannot be loaded
     is listed with the reason."""
+    load_settings()  # where an HTTP environment may be reached, as the services reach it
     try:
         names = available()
     except PermanentError as exc:
@@ -50,6 +50,7 @@ def env_list() -> None:
 @click.argument("name")
 def env_check(name: str) -> None:
     """Load one environment and run every conformance check on it (an async reset included)."""
+    load_settings()  # where an HTTP environment may be reached, as the services reach it
     name = canonical(name)
     try:
         where = available().get(name) or ("over HTTP" if is_http_ref(name) else "retrace")
@@ -74,6 +75,7 @@ def env_serve(name: str, host: str, port: int) -> None:
 
     from shared.envs.remote.server import environment_app
 
+    load_settings()  # a URL served on is reached as the services reach it
     try:
         app = environment_app(get_environment(canonical(name)))
     except (PermanentError, RetryableError) as exc:

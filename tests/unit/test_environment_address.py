@@ -214,6 +214,14 @@ def operator_hosts() -> Iterator[None]:
         ("envs.mycorp.com", True),
         ("evil-envs.mycorp.com", False),
         ("x.envs.mycorp.com", False),
+        # review: what the resolver asks is not always what is written
+        ("attacker\u3002com", False),  # an ideographic full stop: IDNA makes it a dot
+        ("attacker\uff0ecom", False),
+        ("attacker\uff61com", False),
+        ("env\u3002internal", True),
+        ("127.0.0.1%x.attacker.com", False),  # a zone only after an IPv6 address
+        ("fe80::1%eth0", True),
+        ("a..b", False),  # no name IDNA can write
     ],
 )
 def test_which_names_may_lead_inside(operator_hosts: None, host: str, inner: bool) -> None:
@@ -264,6 +272,10 @@ async def test_an_inner_server_behind_a_public_name_is_reached_once_listed(
         return await self._answer(host, port)
 
     monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
+    allow_private(True)
+    with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
+        await _Answers("10.1.2.3").resolve("envs.mycorp.com", 80)
+    allow_private(True, ["envs.mycorp.com"])
     assert [r["host"] for r in await _Answers("10.1.2.3").resolve("envs.mycorp.com", 80)] == [
         "10.1.2.3"
     ]
@@ -288,3 +300,27 @@ def test_the_listed_names_are_read_as_every_service_and_the_cli_read_them(
     finally:
         allow_private(True)
     assert not inner_name("envs.mycorp.com")
+
+
+def test_a_host_name_with_a_percent_sign_is_refused() -> None:
+    with pytest.raises(EnvironmentAddressError, match="no '%'"):
+        checked_url("http://127.0.0.1%25x.attacker.com:8080/")
+    assert checked_url("http://[fd12::1]:8600/") == "http://[fd12::1]:8600/"
+
+
+def test_the_task_list_fetch_asks_the_name_the_resolver_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review: `attacker。com` passed `inner_name` as one label while getaddrinfo asked
+    attacker.com, whose owner answered 127.0.0.1: the task-list fetch read an inner page."""
+    real = socket.getaddrinfo
+
+    def owned(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host.encode("idna").lower().rstrip(b".") != b"attacker.com":
+            return real(host, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", owned)
+    for spelled in ("attacker.com", "attacker\u3002com", "ATTACKER\uff0eCOM."):
+        with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
+            check_resolved(spelled, 80)

@@ -70,8 +70,13 @@ def inner_name(host: str) -> bool:
     name of one label, a name under `INNER_SUFFIXES`, or one the operator listed
     (`allow_private`). Any other name is one the internet's DNS answers, whose owner can
     make it answer an inner address after it was checked (DNS rebinding)."""
-    name = host.strip().lower().rstrip(".")
-    if _literal(name) is not None or "." not in name or name.endswith(INNER_SUFFIXES):
+    if _literal(host.strip()) is not None:
+        return True
+    try:  # as the resolver will ask it: `attacker。com` is `attacker.com` (a review found it)
+        name = host.strip().encode("idna").decode("ascii").lower().rstrip(".")
+    except UnicodeError:
+        return False
+    if "." not in name or name.endswith(INNER_SUFFIXES):
         return True
     return any(
         name.endswith(pattern[1:]) if pattern.startswith("*.") else name == pattern
@@ -111,6 +116,11 @@ def checked_url(url: str) -> str:
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} names port 0")
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} contains whitespace")
+    if "%" in parts.hostname and ":" not in parts.hostname:
+        raise EnvironmentAddressError(
+            f"environment URL {url[:200]!r}: a host name has no '%' (only an IPv6 address's "
+            "zone does)"
+        )
     literal = _literal(parts.hostname)
     if literal is not None and (why := connect_refusal(literal, parts.hostname)) is not None:
         raise EnvironmentAddressError(f"environment URL {url[:200]!r} leads to {why}")
@@ -235,6 +245,10 @@ def _ip(text: str) -> IpAddress:
 
 
 def _literal(host: str) -> IpAddress | None:
+    """The address `host` writes out, or None for a name. A zone (`%eth0`) only after an
+    IPv6 address: `127.0.0.1%x.attacker.com` is a name (a review found it)."""
+    if "%" in host and ":" not in host:
+        return None
     try:
         return _ip(host)
     except ValueError:
