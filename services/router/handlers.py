@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -665,8 +664,7 @@ class RouterApp:
         headers: dict[str, str],
     ) -> web.StreamResponse:
         started = time.perf_counter()
-        content: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
+        streamed = _Streamed()
         try:
             async with self.relay.stream(
                 "/chat/completions", msgspec.json.encode(body)
@@ -688,8 +686,8 @@ class RouterApp:
                         await out.write(chunk)
                         *lines, partial = (partial + chunk).split(b"\n")
                         for line in lines:
-                            _accumulate(line, content, calls)
-                    _accumulate(partial, content, calls)
+                            streamed.fold(line)
+                    streamed.fold(partial)
                 except ConnectionResetError:
                     # the caller left: the endpoint's stream is closed (it stops generating),
                     # and a turn whose reply nobody saw whole is not recorded
@@ -714,17 +712,12 @@ class RouterApp:
                     return out
         except (UpstreamError, TimeoutError) as exc:  # before the reply began
             return self._unreachable(headers, exc)
-        reply = {
-            "role": "assistant",
-            "content": "".join(content) or None,
-            "tool_calls": [calls[i] for i in sorted(calls)] or None,
-        }
         self._answered(
             turn,
             headers,
             history,
-            _assistant(reply),
-            0,
+            _assistant(streamed.reply()),
+            streamed.tokens,
             (time.perf_counter() - started) * 1000,
         )  # its headers went with the first chunk: a branch shows on the next reply
         self._count(headers, "ok")
@@ -908,31 +901,67 @@ def _assistant(reply: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _accumulate(line: bytes, content: list[str], calls: dict[int, dict[str, Any]]) -> None:
-    """Fold one SSE line's delta into the reply being streamed."""
-    text = line.decode(errors="replace").strip()
-    if not text.startswith("data:"):
-        return
-    data = text[5:].strip()
-    if data == "[DONE]":
-        return
-    try:
-        chunk = json.loads(data)
-        delta = chunk["choices"][0].get("delta") or {}
-    except (json.JSONDecodeError, RecursionError, KeyError, IndexError, TypeError):
-        return
-    if delta.get("content"):
-        content.append(delta["content"])
-    for call in delta.get("tool_calls") or []:
-        index = int(call.get("index", 0))
-        entry = calls.setdefault(
-            index,
-            {"id": call.get("id"), "type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        function = call.get("function") or {}
-        entry["function"]["name"] += function.get("name") or ""
-        entry["function"]["arguments"] += function.get("arguments") or ""
-        entry["id"] = entry["id"] or call.get("id")
+class _Streamed:
+    """The reply a stream carries, folded line by line: its first choice's text and tool
+    calls (a stream of `n` choices interleaves them, each chunk naming its own `index`; the
+    turn recorded is the first, as for a whole reply), and the completion tokens of the
+    usage chunk where the caller asked for one (`stream_options.include_usage`), else 0."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.tokens = 0
+
+    def fold(self, line: bytes) -> None:
+        """Fold one SSE line in."""
+        text = line.strip()
+        if not text.startswith(b"data:"):
+            return
+        data = text[5:].strip()
+        if data == b"[DONE]":
+            return
+        try:
+            chunk = msgspec.json.decode(data)
+        except UNDECODABLE:
+            return
+        if not isinstance(chunk, dict):
+            return
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.tokens = usage["completion_tokens"]
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._delta(choice.get("delta"))
+
+    def _delta(self, delta: Any) -> None:
+        if not isinstance(delta, dict):
+            return
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        for call in delta.get("tool_calls") or ():
+            if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
+                continue
+            entry = self.calls.setdefault(
+                call.get("index", 0),
+                {
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": {"name": "", "arguments": ""},
+                },
+            )
+            function = call.get("function")
+            if isinstance(function, dict):
+                for key in ("name", "arguments"):
+                    if isinstance(function.get(key), str):
+                        entry["function"][key] += function[key]
+            entry["id"] = entry["id"] or call.get("id")
+
+    def reply(self) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": "".join(self.content) or None,
+            "tool_calls": [self.calls[i] for i in sorted(self.calls)] or None,
+        }
 
 
 def _conversation_named(request: web.Request) -> uuid.UUID | web.Response | None:

@@ -18,6 +18,12 @@ class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=Tr
     json_schema: dict[str, Any] | None = None
 
 
+class StreamOptions(msgspec.Struct, kw_only=True, frozen=True):
+    include_usage: bool = False
+    """A last chunk, before `[DONE]`, with no choices and the request's `usage` (every other
+    chunk then carries `"usage": null`), as OpenAI's API sends it."""
+
+
 MAX_N = 16
 """Choices one chat request may ask for (serve-model's and the router's limit)."""
 
@@ -40,9 +46,12 @@ class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     logprobs: bool = False
     top_logprobs: int | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
 
     def __post_init__(self) -> None:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
         for i, tool in enumerate(self.tools or []):
             function = tool.get("function")
             if tool.get("type") != "function" or not isinstance(function, dict):

@@ -268,15 +268,18 @@ class ModelServer:
         held: dict[int, str] = {}
         """Per choice: text held back because it may be the start of a tool call."""
         chunks: list[bytes] = []
+        usage = req.stream_options is not None and req.stream_options.include_usage
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-            payload = {
+            payload: dict[str, Any] = {
                 "id": ident,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": req.model,
                 "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
             }
+            if usage:
+                payload["usage"] = None  # OpenAI's shape: only the last chunk's is given
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
         def on_delta(d: Delta) -> None:
@@ -316,6 +319,22 @@ class ModelServer:
                     call["index"] = number  # a streamed call is addressed by its index
             reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
             await response.write(chunk(i, delta, reason))
+        if usage:
+            completion = sum(len(o.token_ids) for o in outputs)
+            counted = Usage(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=completion,
+                total_tokens=len(prompt_ids) + completion,
+            )
+            last = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": req.model,
+                "choices": [],
+                "usage": msgspec.to_builtins(counted),
+            }
+            await response.write(b"data: " + json.dumps(last).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         self._count(req.model, "ok")
         return response

@@ -117,8 +117,14 @@ class Upstream:
             )
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
-        for piece in ("Sure", ", done.", *self.more):
-            chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+        pieces = [(0, p) for p in ("Sure", ", done.", *self.more)]
+        if body.get("n", 1) > 1:  # the second choice's pieces between the first's
+            pieces[1:1] = [(1, "Another"), (1, " answer.")]
+        usage = (body.get("stream_options") or {}).get("include_usage")
+        for index, piece in pieces:
+            chunk: dict[str, Any] = {"choices": [{"index": index, "delta": {"content": piece}}]}
+            if usage:
+                chunk["usage"] = None
             event = f"data: {json.dumps(chunk)}\n\n".encode()
             # each event in two reads, split inside its JSON: the router reassembles lines
             try:
@@ -128,6 +134,10 @@ class Upstream:
             except (ConnectionResetError, asyncio.CancelledError):
                 self.streams_cut += 1  # (a test server cancels a handler whose caller left)
                 raise
+        if usage:
+            counted = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 0}
+            counted["total_tokens"] = 5 + len(pieces)
+            await out.write(f"data: {json.dumps({'choices': [], 'usage': counted})}\n\n".encode())
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out

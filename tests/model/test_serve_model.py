@@ -291,6 +291,28 @@ async def test_streaming_matches_the_whole_answer(client: TestClient) -> None:
     assert done and finished in ("stop", "length") and text == whole
 
 
+async def test_a_stream_ends_with_its_usage_when_asked(client: TestClient) -> None:
+    """`stream_options.include_usage`, as OpenAI's API: a last chunk with no choices and the
+    request's usage, `"usage": null` on every other; ignored before (and a router could not
+    record a stream's tokens)."""
+    whole = await post(client, chat("Count to five."))
+    body = chat("Count to five.", stream=True, stream_options={"include_usage": True})
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.status == 200
+    events = []
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if line and line != "data: [DONE]":
+            events.append(json.loads(line.removeprefix("data: ")))
+    *chunks, last = events
+    assert chunks and all("usage" in c and c["usage"] is None for c in chunks)
+    assert last["choices"] == [] and last["usage"] == whole["usage"]
+    plain = await client.post("/v1/chat/completions", json=chat("Count to five.", stream=True))
+    assert b'"usage"' not in await plain.read()
+    refused = await post(client, chat("hi", stream_options={"include_usage": True}), 400)
+    assert "stream_options" in refused["error"]["message"]
+
+
 async def test_prefix_cache_gives_the_same_tokens(loaded: tuple[object, Engine]) -> None:
     from shared.envs.protocol import Message
     from shared.llm.openai_types import ChatRequest
