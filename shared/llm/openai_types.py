@@ -48,10 +48,21 @@ class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    top_k: int | None = None
+    """vLLM extension (-1 or 0: off), as `min_p` and `repetition_penalty`."""
+    min_p: float | None = None
+    repetition_penalty: float | None = None
 
     def __post_init__(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if value is not None and not -2.0 <= value <= 2.0:
+                raise ValueError(f"{name} must be between -2 and 2, not {value}")
         for i, tool in enumerate(self.tools or []):
             function = tool.get("function")
             if tool.get("type") != "function" or not isinstance(function, dict):

@@ -216,6 +216,14 @@ class ModelServer:
     def _params(self, req: ChatRequest) -> SamplingParams:
         if not req.messages:
             raise ApiError(400, "messages must not be empty")
+        _neutral(
+            ("presence_penalty", req.presence_penalty, (0.0,)),
+            ("frequency_penalty", req.frequency_penalty, (0.0,)),
+            ("logit_bias", req.logit_bias or None, (None,)),
+            ("top_k", req.top_k, (-1, 0)),
+            ("min_p", req.min_p, (0.0,)),
+            ("repetition_penalty", req.repetition_penalty, (1.0,)),
+        )
         top = req.top_logprobs or 0
         params = _sampling(
             n=req.n,
@@ -355,15 +363,11 @@ class ModelServer:
         )
         stop_ids = tuple(req.stop_token_ids or ())
         self._check_ids(list(stop_ids), "stop_token_ids")
-        for name, value, neutral in (
+        _neutral(
             ("top_k", req.top_k, (-1, 0)),
             ("min_p", req.min_p, (0.0,)),
             ("repetition_penalty", req.repetition_penalty, (1.0,)),
-        ):
-            if value is not None and value not in neutral:
-                raise ApiError(
-                    400, f"serve-model samples without {name}: leave it unset or {neutral[0]}"
-                )
+        )
         if req.logprobs is not None and req.logprobs < 0:
             raise ApiError(400, "logprobs must be between 0 and 20")
         params = _sampling(
@@ -596,3 +600,12 @@ def _message(text: str, tools: tuple[str, ...]) -> tuple[ResponseMessage, str | 
         tool_call_format=parsed.form,
     )
     return message, "tool_calls" if calls else None
+
+
+def _neutral(*settings: tuple[str, object, tuple[object, ...]]) -> None:
+    """A 400 for a sampling setting serve-model does not apply, given a value that would
+    change what is drawn (ignoring it would answer as if it had: vLLM applies them)."""
+    for name, value, neutral in settings:
+        if value is not None and value not in neutral:
+            unset = "leave it unset" + ("" if neutral[0] is None else f" or {neutral[0]}")
+            raise ApiError(400, f"serve-model samples without {name}: {unset}")

@@ -72,6 +72,22 @@ async def test_bad_requests_get_clear_errors(client: TestClient) -> None:
         in (await post(client, chat("hi", temperature=1e-300), 400))["error"]["message"]
     )
     assert "seed" in (await post(client, chat("hi", seed=2**64), 400))["error"]["message"]
+    # sampling settings serve-model does not apply: refused, not answered as if applied
+    for extra in (
+        {"presence_penalty": 0.5},
+        {"frequency_penalty": -1.0},
+        {"logit_bias": {"42": -100}},
+        {"top_k": 5},
+        {"min_p": 0.1},
+        {"repetition_penalty": 1.2},
+    ):
+        refused = (await post(client, chat("hi", **extra), 400))["error"]["message"]
+        assert f"serve-model samples without {next(iter(extra))}" in refused
+    await post(client, chat("hi", presence_penalty=0, logit_bias={}, top_k=-1))  # neutral
+    assert (
+        "between -2 and 2"
+        in (await post(client, chat("hi", presence_penalty=3), 400))["error"]["message"]
+    )
     assert (
         "context window"
         in (await post(client, chat("hi", max_tokens=10_000_000), 400))["error"]["message"]
