@@ -145,13 +145,19 @@ def connect_refusal(ip: IpAddress, host: str) -> str | None:
     """Why no connection to an environment is made to `ip`, an address of `host`, in this
     process, or None: `refusal`, then a private one where this process allows none
     (`allow_private`) or `host` is a name that should not lead there (`inner_name`)."""
-    why = tenant_refusal(ip, _private_allowed)
+    return named_refusal(ip, host, _private_allowed)
+
+
+def named_refusal(ip: IpAddress, host: str, private_allowed: bool) -> str | None:
+    """Why `host` may not lead to `ip`, or None: `tenant_refusal`, then an inner address
+    under a name that should not lead there (`inner_name`)."""
+    why = tenant_refusal(ip, private_allowed)
     if why is None and not _leads_to(ip).is_global and not inner_name(host):
-        return rebinding(ip, host)
+        return _rebinding(ip, host)
     return why
 
 
-def rebinding(ip: IpAddress, host: str) -> str:
+def _rebinding(ip: IpAddress, host: str) -> str:
     return (
         f"an address inside a private network or this machine ({ip}) under a name the "
         f"internet's DNS answers ({host[:200]!r}: DNS rebinding); an operator's inner server "
@@ -188,10 +194,8 @@ async def tenant_url_refusal(url: str, private_allowed: bool) -> str | None:
     except (OSError, UnicodeError) as exc:
         return f"environment host {host[:200]!r} does not resolve: {exc}"
     for *_, sockaddr in found:
-        address = _ip(str(sockaddr[0]))
-        why = tenant_refusal(address, private_allowed)
-        if why is None and not _leads_to(address).is_global and not inner_name(host):
-            why = rebinding(address, host)  # the services would refuse it at every call
+        # the services would refuse an inner address under a public name at every call
+        why = named_refusal(_ip(str(sockaddr[0])), host, private_allowed)
         if why is not None:
             return f"environment URL {url[:200]!r} leads to {why}"
     return None
