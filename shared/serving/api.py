@@ -278,17 +278,21 @@ class ModelServer:
         chunks: list[bytes] = []
         usage = req.stream_options is not None and req.stream_options.include_usage
 
-        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-            payload: dict[str, Any] = {
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            payload = {
                 "id": ident,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": req.model,
-                "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+                "choices": choices,
+                **extra,
             }
-            if usage:
-                payload["usage"] = None  # OpenAI's shape: only the last chunk's is given
             return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+            # asked for usage, every chunk has the field, null but in the last (OpenAI's way)
+            extra = {"usage": None} if usage else {}
+            return event([{"index": index, "delta": delta, "finish_reason": finish}], **extra)
 
         def on_delta(d: Delta) -> None:
             index, text = d
@@ -334,15 +338,7 @@ class ModelServer:
                 completion_tokens=completion,
                 total_tokens=len(prompt_ids) + completion,
             )
-            last = {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": req.model,
-                "choices": [],
-                "usage": msgspec.to_builtins(counted),
-            }
-            await response.write(b"data: " + json.dumps(last).encode() + b"\n\n")
+            await response.write(event([], usage=msgspec.to_builtins(counted)))
         await response.write(b"data: [DONE]\n\n")
         self._count(req.model, "ok")
         return response
