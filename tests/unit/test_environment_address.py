@@ -118,14 +118,20 @@ class _Answers(GuardedResolver):
         ]
 
 
-async def test_a_name_that_resolves_to_metadata_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tenant's name can point anywhere after the API checked it: the services' resolver
-    refuses the answer itself."""
+@pytest.fixture
+def answering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_Answers` resolvers answer their own addresses (no DNS asked)."""
 
     async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
         return await self._answer(host, port)
 
     monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
+
+
+async def test_a_name_that_resolves_to_metadata_is_refused(answering: None) -> None:
+    """A tenant's name can point anywhere after the API checked it: the services' resolver
+    refuses the answer itself."""
+
     with pytest.raises(EnvironmentAddressError, match="metadata"):
         await _Answers("10.0.0.1", "169.254.169.254").resolve("env.internal", 80)
     with pytest.raises(EnvironmentAddressError, match="metadata"):
@@ -154,17 +160,13 @@ def public_only() -> Iterator[None]:
 
 
 async def test_where_private_addresses_are_not_allowed_no_answer_leads_there(
-    monkeypatch: pytest.MonkeyPatch, public_only: None
+    answering: None, public_only: None
 ) -> None:
     """Review of issue 14 (DNS rebinding): a tenant's name resolved to a public address when
     the control API checked it and to an inner one when a service connects. Where the
     deployment allows no private address (`RETRACE_ENVIRONMENTS_PRIVATE_ALLOWED=false`), the
     services' resolver refuses that answer; the address written in the URL too."""
 
-    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
-        return await self._answer(host, port)
-
-    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
     for inner in ("10.0.0.1", "127.0.0.1", "192.168.1.20", "::1", "::ffff:10.0.0.1"):
         with pytest.raises(EnvironmentAddressError, match="private network or this machine"):
             await _Answers("93.184.216.34", inner).resolve("env.example.com", 80)
@@ -229,7 +231,7 @@ def test_which_names_may_lead_inside(operator_hosts: None, host: str, inner: boo
 
 
 async def test_a_public_name_that_answers_an_inner_address_is_refused_by_default(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, answering: None
 ) -> None:
     """Review of issue 14 (DNS rebinding under the default): a tenant's name resolved to a
     public address when the control API checked it and to an inner one when a service
@@ -237,10 +239,6 @@ async def test_a_public_name_that_answers_an_inner_address_is_refused_by_default
     the internet can answer for; this one is refused at the services' resolver, in the
     task-list fetch and when named again."""
 
-    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
-        return await self._answer(host, port)
-
-    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
     for inner in ("10.0.0.1", "127.0.0.1", "192.168.1.20", "::1", "::ffff:10.0.0.1"):
         with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
             await _Answers("93.184.216.34", inner).resolve("env.example.com", 80)
@@ -266,12 +264,8 @@ async def test_a_public_name_that_answers_an_inner_address_is_refused_by_default
 
 
 async def test_an_inner_server_behind_a_public_name_is_reached_once_listed(
-    monkeypatch: pytest.MonkeyPatch, operator_hosts: None
+    answering: None, operator_hosts: None
 ) -> None:
-    async def answered(self: _Answers, host: str, port: int = 0, family: Any = 0) -> list[Any]:
-        return await self._answer(host, port)
-
-    monkeypatch.setattr("aiohttp.resolver.ThreadedResolver.resolve", answered)
     allow_private(True)
     with pytest.raises(EnvironmentAddressError, match="DNS rebinding"):
         await _Answers("10.1.2.3").resolve("envs.mycorp.com", 80)
