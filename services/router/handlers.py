@@ -927,9 +927,11 @@ class _Streamed:
         if not isinstance(chunk, dict):
             return
         usage = chunk.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.tokens = usage["completion_tokens"]
-        for choice in chunk.get("choices") or ():
+        counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(counted, int | float) and not isinstance(counted, bool):
+            self.tokens = int(counted)  # as a whole reply's usage is read
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._delta(choice.get("delta"))
 
@@ -938,7 +940,8 @@ class _Streamed:
             return
         if isinstance(delta.get("content"), str):
             self.content.append(delta["content"])
-        for call in delta.get("tool_calls") or ():
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
             if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
                 continue
             entry = self.calls.setdefault(

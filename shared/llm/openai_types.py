@@ -19,7 +19,7 @@ class ResponseFormat(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=Tr
 
 
 class StreamOptions(msgspec.Struct, kw_only=True, frozen=True):
-    include_usage: bool = False
+    include_usage: bool | None = None
     """A last chunk, before `[DONE]`, with no choices and the request's `usage` (every other
     chunk then carries `"usage": null`), as OpenAI's API sends it."""
 

@@ -219,7 +219,7 @@ class ModelServer:
         _neutral(
             ("presence_penalty", req.presence_penalty, (0.0,)),
             ("frequency_penalty", req.frequency_penalty, (0.0,)),
-            ("logit_bias", req.logit_bias or None, (None,)),
+            ("logit_bias", {t: b for t, b in (req.logit_bias or {}).items() if b} or None, (None,)),
             ("top_k", req.top_k, (-1, 0)),
             ("min_p", req.min_p, (0.0,)),
             ("repetition_penalty", req.repetition_penalty, (1.0,)),
@@ -276,7 +276,7 @@ class ModelServer:
         held: dict[int, str] = {}
         """Per choice: text held back because it may be the start of a tool call."""
         chunks: list[bytes] = []
-        usage = req.stream_options is not None and req.stream_options.include_usage
+        usage = req.stream_options is not None and bool(req.stream_options.include_usage)
 
         def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
             payload = {
