@@ -387,7 +387,8 @@ class ApiApp:
             why = await tenant_url_refusal(ref, private)
             if why is not None:
                 hint = ""
-                if "private network" in why and "DNS rebinding" not in why:
+                # (an inner address under a public name says so itself: DNS rebinding)
+                if "private network" in why:
                     hint = (
                         " (the operator allows such addresses with "
                         "RETRACE_API_TENANT_ENVIRONMENTS_PRIVATE=true)"

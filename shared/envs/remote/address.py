@@ -159,8 +159,8 @@ def named_refusal(ip: IpAddress, host: str, private_allowed: bool) -> str | None
 
 def _rebinding(ip: IpAddress, host: str) -> str:
     return (
-        f"an address inside a private network or this machine ({ip}) under a name the "
-        f"internet's DNS answers ({host[:200]!r}: DNS rebinding); an operator's inner server "
+        f"an inner address ({ip}: private, or this machine's) under a name the internet's "
+        f"DNS answers ({host[:200]!r}: DNS rebinding); an operator's inner server "
         "is named by its address, one label, a name under "
         f"{', '.join(INNER_SUFFIXES)}, or one listed in RETRACE_ENVIRONMENTS_PRIVATE_HOSTS"
     )
