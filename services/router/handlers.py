@@ -638,7 +638,7 @@ class RouterApp:
         try:
             parsed = msgspec.json.decode(payload)
             reply = parsed["choices"][0]["message"]
-            usage = parsed.get("usage") or {}
+            usage = parsed.get("usage")
         except (*UNDECODABLE, KeyError, IndexError, TypeError, AttributeError):
             self._count(headers, "upstream_malformed")
             return error(502, "the inference endpoint returned a malformed reply", "upstream_error")
@@ -647,7 +647,7 @@ class RouterApp:
             headers,
             history,
             _assistant(reply),
-            int(usage.get("completion_tokens", 0)),
+            _completion_tokens(usage),
             (time.perf_counter() - started) * 1000,
         )
         self._count(headers, "ok")
@@ -894,6 +894,15 @@ def _upstream_refusal(status: int, payload: bytes, headers: dict[str, str]) -> w
     )
 
 
+def _completion_tokens(usage: Any) -> int:
+    """A reply's (or a stream's usage chunk's) completion tokens; 0 where its `usage` is
+    missing or of another shape (an upstream's odd answer is still the caller's reply)."""
+    counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(counted, int | float) and not isinstance(counted, bool):
+        return int(counted)
+    return 0
+
+
 def _assistant(reply: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
     if reply.get("tool_calls"):
@@ -926,10 +935,8 @@ class _Streamed:
             return
         if not isinstance(chunk, dict):
             return
-        usage = chunk.get("usage")
-        counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        if isinstance(counted, int | float) and not isinstance(counted, bool):
-            self.tokens = int(counted)  # as a whole reply's usage is read
+        if "usage" in chunk:
+            self.tokens = _completion_tokens(chunk["usage"]) or self.tokens
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:

@@ -63,3 +63,15 @@ def test_the_usage_is_read_as_a_whole_reply_s_is() -> None:
         streamed = _Streamed()
         streamed.fold(line({"choices": [], "usage": {"completion_tokens": counted}}))
         assert streamed.tokens == tokens, counted
+
+
+def test_a_whole_reply_s_usage_of_another_shape_counts_nothing() -> None:
+    # a list or text where the usage goes raised in the relay, after the reply was made
+    from services.router.handlers import _completion_tokens
+
+    assert [_completion_tokens(u) for u in ({"completion_tokens": 3}, [], "7", None)] == [
+        3,
+        0,
+        0,
+        0,
+    ]
