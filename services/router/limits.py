@@ -124,7 +124,10 @@ class TenantLimits:
     def take(self, tenant: str, rate: float, burst: int, cost: int = 1) -> float:
         """0.0 when the request may go on (`cost` tokens are spent), else the seconds to
         wait; `rate` a second, `burst` at once (a changed quota applies from now). A `cost`
-        over `burst` never goes on: the caller refuses it first."""
+        over `burst` never goes on: the caller refuses it first; a negative one is a
+        ValueError (it would fill the bucket)."""
+        if cost < 0:
+            raise ValueError(f"a request costs 0 or more, not {cost}")
         bucket = self._bucket(tenant, rate, burst)
         bucket.rate, bucket.burst = rate, burst
         bucket.tokens = max(-self._owed_at_most(bucket), min(bucket.tokens, float(burst)))
@@ -185,9 +188,10 @@ def payloads(schema: str, sender: str, spent: dict[str, Spent]) -> list[str]:
     return out
 
 
-def parse(payload: str) -> tuple[str, str, dict[str, Spent]]:
-    """(schema, sender, spent) of a payload; ValueError when it is not one (of this
-    version)."""
+def parse(payload: str) -> tuple[str, str, dict[str, Spent], list[str]]:
+    """(schema, sender, spent, refused) of a payload: `refused` says what was wrong with
+    each count that is not one, which is left out (another tenant's count in the same
+    payload still holds); ValueError when the payload is not one (of this version)."""
     try:
         raw: Any = json.loads(payload)
     except (ValueError, RecursionError) as exc:
@@ -198,9 +202,13 @@ def parse(payload: str) -> tuple[str, str, dict[str, Spent]]:
     if not isinstance(schema, str) or not isinstance(sender, str) or not isinstance(counts, dict):
         raise ValueError(f"schema, from and spent missing: {payload[:100]!r}")
     spent: dict[str, Spent] = {}
+    refused: list[str] = []
     for tenant, counted in counts.items():
-        spent[tenant] = _spent(tenant, counted)
-    return schema, sender, spent
+        try:
+            spent[tenant] = _spent(tenant, counted)
+        except ValueError as exc:
+            refused.append(str(exc))
+    return schema, sender, spent, refused
 
 
 def _spent(tenant: str, counted: object) -> Spent:
@@ -241,10 +249,12 @@ class SpendingExchange(Listening):
 
     def heard(self, payload: str) -> None:
         try:
-            schema, sender, spent = parse(payload)
+            schema, sender, spent, refused = parse(payload)
         except ValueError as exc:
             log.warning("a rate-limit notification that is not one; ignored", error=str(exc))
             return
+        if refused:
+            log.warning("counts in a rate-limit notification ignored", errors=refused[:5])
         if schema != self.schema or sender == self.sender:
             return
         for tenant, counted in spent.items():

@@ -59,6 +59,12 @@ class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     def __post_init__(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
+        for name in ("max_tokens", "max_completion_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                # a 0 is "unset" to vLLM (`max_completion_tokens or max_tokens`) and a
+                # negative count would credit a token budget: refused, as OpenAI does
+                raise ValueError(f"{name} must be at least 1, not {value}")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if value is not None and not -2.0 <= value <= 2.0:

@@ -55,3 +55,15 @@ def test_a_tool_that_is_not_a_named_function_is_refused(tool: Any) -> None:
 def test_a_tool_choice_that_names_nothing_is_refused(choice: Any) -> None:
     with pytest.raises(msgspec.ValidationError, match="tool_choice"):
         msgspec.json.decode(_request(tool_choice=choice), type=ChatRequest)
+
+
+@given(st.sampled_from(["max_tokens", "max_completion_tokens"]), st.integers(max_value=0))
+def test_a_token_limit_below_one_is_refused(name: str, value: int) -> None:
+    with pytest.raises(msgspec.ValidationError, match=f"{name} must be at least 1"):
+        msgspec.json.decode(_request(**{name: value}), type=ChatRequest)
+
+
+@given(st.integers(min_value=1))
+def test_a_token_limit_of_one_or_more_is_taken(value: int) -> None:
+    req = msgspec.json.decode(_request(max_completion_tokens=value), type=ChatRequest)
+    assert req.max_completion_tokens == value

@@ -152,8 +152,8 @@ def test_counts_go_out_in_payloads_postgres_takes_and_come_back_whole(
     assert all(len(p.encode()) < 8000 for p in out)
     heard: dict[str, Spent] = {}
     for payload in out:
-        schema, sender, part = parse(payload)
-        assert (schema, sender) == ("bench_1", "r1")
+        schema, sender, part, refused = parse(payload)
+        assert (schema, sender, refused) == ("bench_1", "r1", [])
         heard.update(part)
     assert heard == spent
 
@@ -165,19 +165,44 @@ def test_counts_go_out_in_payloads_postgres_takes_and_come_back_whole(
         "[" * 5000,
         '{"v": 1}',
         '{"v": 2, "schema": "s", "from": "r", "spent": {}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": 3}}',  # rate, burst missing
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [-1, 1.0, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1.5, 1.0, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [true, 1.0, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, 0, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, NaN, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, 1e999, 3]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, 1' + "0" * 400 + ", 3]}}",
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, 1.0, 0]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"acme": [1, 1.0, 3, 4]}}',
-        '{"v": 1, "schema": "s", "from": "r", "spent": {"": [1, 1.0, 3]}}',
+        '{"v": 1, "schema": "s", "from": "r", "spent": [1]}',
     ],
 )
 def test_a_payload_that_is_not_a_count_is_refused(payload: str) -> None:
     with pytest.raises(ValueError):
         parse(payload)
+
+
+@pytest.mark.parametrize(
+    "counted",
+    [
+        "3",  # rate, burst missing
+        "[-1, 1.0, 3]",
+        "[0, 1.0, 3]",
+        "[1.5, 1.0, 3]",
+        "[true, 1.0, 3]",
+        "[1, 0, 3]",
+        "[1, NaN, 3]",
+        "[1, 1e999, 3]",
+        "[1, 1" + "0" * 400 + ", 3]",
+        "[1, 1.0, 0]",
+        "[1, 1.0, 3, 4]",
+    ],
+)
+def test_a_count_that_is_not_one_is_left_out_and_the_others_hold(counted: str) -> None:
+    # one bad count used to void the whole payload: every other tenant's count in it too
+    payload = (
+        '{"v": 1, "schema": "s", "from": "r", "spent": '
+        f'{{"acme": {counted}, "globex": [2, 1.0, 3], "": [1, 1.0, 3]}}}}'
+    )
+    _, _, spent, refused = parse(payload)
+    assert spent == {"globex": Spent(2, 1.0, 3)}
+    assert len(refused) == 2 and "'acme'" in refused[0]
+
+
+def test_a_negative_cost_never_fills_a_bucket() -> None:
+    limits = TenantLimits(clock=Clock())
+    assert limits.take("acme", 5.0, 300, 250) == 0.0
+    with pytest.raises(ValueError, match="0 or more"):
+        limits.take("acme", 5.0, 300, -1_000_000)
+    assert limits.take("acme", 5.0, 300, 250) > 0  # still spent
