@@ -416,7 +416,8 @@ class RouterApp:
         if not 1 <= req.n <= MAX_N:
             return error(400, f"n must be between 1 and {MAX_N}, not {req.n}")
         cap = self.cfg.max_request_tokens
-        asked = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
+        # the larger of the two: an endpoint may read either when both are sent
+        asked = max((m for m in (req.max_tokens, req.max_completion_tokens) if m), default=None)
         if cap is not None and asked is None:
             asked = max(1, cap // req.n)  # what each choice is sent with
             body["max_tokens"] = msgspec.Raw(b"%d" % asked)
@@ -637,7 +638,7 @@ class RouterApp:
             return _upstream_refusal(status, payload, headers)
         try:
             parsed = msgspec.json.decode(payload)
-            reply = parsed["choices"][0]["message"]
+            reply = _assistant(parsed["choices"][0]["message"])
             usage = parsed.get("usage")
         except (*UNDECODABLE, KeyError, IndexError, TypeError, AttributeError):
             self._count(headers, "upstream_malformed")
@@ -646,7 +647,7 @@ class RouterApp:
             turn,
             headers,
             history,
-            _assistant(reply),
+            reply,
             _completion_tokens(usage),
             (time.perf_counter() - started) * 1000,
         )
@@ -903,10 +904,23 @@ def _completion_tokens(usage: Any) -> int:
     return 0
 
 
-def _assistant(reply: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
-    if reply.get("tool_calls"):
-        out["tool_calls"] = reply["tool_calls"]
+def _assistant(reply: Any) -> dict[str, Any]:
+    """The turn a whole reply's message makes; a TypeError where it is not an OpenAI
+    assistant message (text or null, tool calls each naming a function), which the turn's
+    hash could not take: before, it raised on that after the reply was made, a 500."""
+    if not isinstance(reply, dict):
+        raise TypeError(f"a message is an object, not {type(reply).__name__}")
+    content = reply.get("content")
+    if content is not None and not isinstance(content, str):
+        raise TypeError("a message's content is text or null")
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    calls = reply.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
+        ):
+            raise TypeError("a message's tool_calls are objects, each with a function")
+        out["tool_calls"] = calls
     return out
 
 

@@ -66,6 +66,8 @@ class Upstream:
         """Seconds inside each streamed event."""
         self.streams_cut = 0
         """Streams whose reader went away before the end."""
+        self.message: Any = {"role": "assistant", "content": "Done."}
+        """A whole reply's message."""
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -108,7 +110,7 @@ class Upstream:
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": "Done."},
+                            "message": self.message,
                             "finish_reason": "stop",
                         }
                     ],
@@ -451,6 +453,24 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
     assert upstream.models == []  # none reached the model server
 
 
+async def test_a_reply_of_another_shape_is_a_502_and_the_router_goes_on(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    """Session 32's review: a 200 whose message was text, or whose tool calls did not each
+    name a function, was taken, and the turn's hash raised on it after the reply was made:
+    a text/plain 500."""
+    url, key, upstream, _ = router
+    ask = {"model": "bot", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as http:
+        for message in ("hello", {"content": None, "tool_calls": [{"function": "f"}]}):
+            upstream.message = message
+            status, _, body = await _chat(http, url, key, ask)
+            assert status == 502 and body["error"]["type"] == "upstream_error", body
+        upstream.message = {"role": "assistant", "content": "Done."}
+        status, _, body = await _chat(http, url, key, ask)
+        assert status == 200 and body["choices"][0]["message"]["content"] == "Done."
+
+
 async def test_a_request_reaches_the_endpoint_as_sent_but_for_its_model(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
 ) -> None:
@@ -498,6 +518,13 @@ async def test_a_request_asks_for_so_many_tokens_at_most(
             ({"n": 0}, "n must be between 1 and 16"),
             ({"n": 16, "max_tokens": 8192}, "asks for 131072 tokens"),
             ({"n": 2, "max_completion_tokens": 40_000}, "allows 65536"),
+            # a 0 is "unset" to vLLM, which then took max_tokens uncounted; a negative
+            # count credited the tenant's tokens a minute (session 32's review)
+            ({"max_completion_tokens": 0, "max_tokens": 50_000, "n": 16}, "at least 1"),
+            ({"max_tokens": -1_000_000}, "max_tokens must be at least 1"),
+            ({"max_tokens": 0}, "max_tokens must be at least 1"),
+            # both named: the larger counts, whichever of them the endpoint reads
+            ({"max_completion_tokens": 10, "max_tokens": 70_000}, "allows 65536"),
         ):
             status, _, refused = await _chat(
                 http, url, key, {"model": "bot", "messages": ask, **extra}
