@@ -8,6 +8,7 @@ import sys
 from typing import Any, Literal
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 
 LogFormat = Literal["auto", "json", "console"]
 
@@ -58,17 +59,47 @@ def configure_logging(
     # Third-party chatter at INFO drowns the service's own lines.
     for noisy in ("asyncio", "aiohttp.access", "nats", "alembic", "sqlalchemy", "pgserver"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _NotHTTP) for f in server.filters):
+        server.addFilter(_NotHTTP())
     if service:
         structlog.contextvars.bind_contextvars(service=service)
 
 
+class _NotHTTP(logging.Filter):
+    """aiohttp's line for a request that is not well-formed HTTP (a bad header, a line too
+    long) was an ERROR whose message and traceback quote the bytes received, a key in an
+    `Authorization` header included: it becomes a WARNING (the caller's fault) that says
+    only what was wrong."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = "malformed HTTP request refused: %s (%s)"
+            record.args = (type(exc).__name__, exc.code)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 _CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s@]+@")
 """`scheme://user:password@`: the password part of a URL's credentials."""
+_BEARER = re.compile(r"(?P<scheme>\b[Bb]earer\s+)[^\s'\",;\\]+")
+"""`Bearer <token>`: a key as an `Authorization` header carries it."""
+_KEY = re.compile(r"(?P<tenant>\brt_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_)[A-Za-z0-9_-]{32}")
+"""A tenant's API key (`shared.store.tenants.KEY_RE`): its tenant is kept, its secret not."""
 
 
 def redact(text: str) -> str:
-    """`text` with the password of every URL in it replaced by `***`."""
-    return _CREDENTIALS.sub(r"\g<scheme>***@", text)
+    """`text` with the password of every URL, every bearer token and every tenant key's
+    secret in it replaced by `***`."""
+    if "@" in text:
+        text = _CREDENTIALS.sub(r"\g<scheme>***@", text)
+    if "earer" in text:
+        text = _BEARER.sub(r"\g<scheme>***", text)
+    if "rt_" in text:
+        text = _KEY.sub(r"\g<tenant>***", text)
+    return text
 
 
 def hide_secrets(
@@ -81,7 +112,7 @@ def hide_secrets(
 
 def _hidden(value: Any) -> Any:
     if isinstance(value, str):
-        return redact(value) if "@" in value else value
+        return redact(value)
     if isinstance(value, list | tuple):
         return [_hidden(v) for v in value]
     if isinstance(value, dict):

@@ -3,9 +3,11 @@ clear on disconnect)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,3 +48,59 @@ def test_log_lines_hide_passwords_in_any_field(capsys: pytest.CaptureFixture[str
     text = json.dumps(lines)
     assert "hunter2-secret" not in text and "pg-secret" not in text and "exc-secret" not in text
     assert lines[0]["url"] == "nats://svc:***@nats:4222"
+
+
+keys = st.from_regex(r"\Art_[a-z0-9]{1,8}_[A-Za-z0-9_-]{32}\Z")
+
+
+@given(keys, st.text(max_size=20), st.text(max_size=20))
+def test_a_tenant_key_s_secret_is_never_kept(key: str, before: str, after: str) -> None:
+    # session 32's review: aiohttp logged a malformed request's Authorization header whole
+    shown = redact(f"{before} {key} {after}")
+    assert key[-32:] not in shown or key[-32:] in f"{before} {after}"
+
+
+@given(
+    st.text(st.characters(blacklist_categories=_SPACE, blacklist_characters="'\",;\\"), min_size=8)
+)
+def test_a_bearer_token_is_never_kept(token: str) -> None:
+    shown = redact(f"Invalid header value char: b'Authorization: Bearer {token}\\x01'")
+    assert shown == "Invalid header value char: b'Authorization: Bearer ***\\x01'"
+
+
+async def test_a_request_that_is_not_http_is_logged_without_what_it_carried(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """aiohttp logged a bad header at ERROR, the header (a tenant's key) in its message and
+    traceback; now a WARNING that says only what was wrong."""
+    configure_logging("info", "json")
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    secret = "S3cr3t" + "x" * 26
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rt_acme_"
+            + secret.encode()
+            + b"\x01\r\n\r\n"
+        )
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+    finally:
+        await runner.cleanup()
+    assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request"), answer[:100]
+    err = capsys.readouterr().err
+    assert secret not in err
+    lines = [json.loads(line) for line in err.splitlines() if line]
+    refused = [line for line in lines if "malformed HTTP request" in line["event"]]
+    assert refused and refused[0]["level"] == "warning" and "exception" not in refused[0]
