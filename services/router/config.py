@@ -80,12 +80,17 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     context window sixteen times over."""
     key_lookups_per_s: Annotated[float, msgspec.Meta(ge=0.001, le=1_000_000)] = 200.0
     """Store lookups a second, sustained, of presented keys this process does not hold in
-    memory (new or unknown ones; keys in use are kept: `cache_s`); beyond it and
+    memory and does not know live (`key_index_s`): new or unknown ones; beyond it and
     `key_lookup_burst` such a request gets a 503 with Retry-After, so a flood of made-up keys
     costs Postgres no more than this. A token not shaped like a key is refused (401) without
     any lookup."""
     key_lookup_burst: Annotated[int, msgspec.Meta(ge=1)] = 1000
     """Such lookups at once: a restarted router meets every key in use anew."""
+    key_index_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    """How often the hashes of the live keys are read again (only when their count or the
+    newest one moved); a key among them is looked up without spending `key_lookups_per_s`,
+    so made-up keys cannot spend it for real ones (a key issued since is looked up from it
+    until then). 0: no index, every lookup spends it."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000
     """Answered turns waiting to be written (each is written after its reply is sent; while
     the store refuses them they wait, oldest first); at this many, new requests are refused

@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from services.router.config import RouterConfig
 from services.router.conversations import History, Known, Recent
+from services.router.keys import KeyIndex
 from services.router.limits import Budget, SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
@@ -196,6 +197,9 @@ class RouterApp:
         self.recent = Recent(cfg.recent_conversations)
         self.limits = TenantLimits()
         self.key_lookups = Budget(cfg.key_lookups_per_s, cfg.key_lookup_burst)
+        self.key_index: KeyIndex | None = None
+        """The live keys' hashes: a key here is looked up without spending `key_lookups`
+        (started with the service, which has the store)."""
         self.exchange: SpendingExchange | None = None
         """Shares `limits` with the deployment's other router processes (started with the
         service, which has the store's address)."""
@@ -230,6 +234,12 @@ class RouterApp:
             "RETRACE_ROUTER_UNRECORDED_LIMIT)",
             registry=registry,
         ).set_function(lambda: self.recorder.waiting if self.recorder is not None else 0)
+        Gauge(
+            "retrace_router_keys_indexed",
+            "Live API keys this router knows by their hashes (looked up without spending "
+            "RETRACE_ROUTER_KEY_LOOKUPS_PER_S)",
+            registry=registry,
+        ).set_function(lambda: len(self.key_index) if self.key_index is not None else 0)
         self.routed = Counter(
             "retrace_router_requests_total",
             "Requests forwarded, by target (adapter or base) and outcome",
@@ -251,6 +261,8 @@ class RouterApp:
     async def close(self, _: Service) -> None:
         if self._feed is not None:
             await self._feed.close()
+        if self.key_index is not None:
+            await self.key_index.close()
         for exchange in (self.exchange, self.token_exchange):
             if exchange is not None:
                 await exchange.close()
@@ -294,12 +306,14 @@ class RouterApp:
 
     async def _key(self, presented: str) -> KeyView | web.Response | None:
         """The live key presented (from memory when it can be), or None; a 503 when this
-        process has looked up too many keys it did not hold lately (`key_lookups_per_s`)."""
+        process has looked up too many keys it did not hold lately (`key_lookups_per_s`),
+        none of them in the live keys' index (`key_index_s`)."""
         hashed = hash_key(presented)
         now = time.monotonic()
         if self.keys is not None and (cached := self.keys.get(hashed, now)) is not None:
             return cached
-        wait_s = self.key_lookups.take()
+        indexed = self.key_index is not None and hashed in self.key_index
+        wait_s = 0.0 if indexed else self.key_lookups.take()
         if wait_s > 0:
             if self.routed is not None:
                 self.routed.labels("-", "key_lookups_shed").inc()
@@ -324,6 +338,8 @@ class RouterApp:
         burst = own.request_burst or self.cfg.tenant_burst
         tokens = own.tokens_per_min or self.cfg.tenant_tokens_per_min
         key = KeyView(row.id, row.tenant_id, row.scope, rate, burst, tokens)
+        if self.key_index is not None:
+            self.key_index.found(hashed)
         if self.keys is not None:
             rows = (("api_keys", str(row.id)), ("tenants", row.tenant_id))
             self.keys.put(hashed, key, rows, generation, now)
@@ -785,6 +801,9 @@ class RouterApp:
         assert service.store is not None
         self.recorder = Recorder(service.store, limit=self.cfg.unrecorded_limit, spool=self.spool)
         self.recorder.start()
+        if self.cfg.key_index_s > 0:
+            self.key_index = KeyIndex(service.store, self.cfg.key_index_s)
+            self.key_index.start()
         # any tenant may be given a rate at any time (its quotas): always shared
         self.exchange = SpendingExchange(
             asyncpg_dsn(service.store.engine.url), self.cfg.database.schema, self.limits

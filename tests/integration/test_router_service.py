@@ -11,7 +11,7 @@ import json
 import secrets
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -847,6 +847,7 @@ async def test_made_up_keys_cost_the_store_a_bounded_number_of_lookups(
         mode="base",
         key_lookups_per_s=0.01,
         key_lookup_burst=3,
+        key_index_s=0,  # no index of the live keys: every lookup spends the budget
     )
     url = f"http://127.0.0.1:{port}/v1/models"
 
@@ -865,6 +866,57 @@ async def test_made_up_keys_cost_the_store_a_bounded_number_of_lookups(
             code, headers = await status(made_up[2])
             assert code == 503 and int(headers["Retry-After"]) >= 1
             assert (await status(key))[0] == 200  # the key in use is not held back
+    finally:
+        service.stop()
+        await run
+
+
+async def test_made_up_keys_cannot_spend_the_lookups_real_keys_need(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Session 32's review: the lookups' budget was every unheld key's, so made-up keys
+    shaped like real ones spent it and a real key the router did not hold (every key with
+    `cache_s` 0, or after a restart) got a 503. A key among the live keys' hashes
+    (`key_index_s`) is looked up whatever the budget holds, one issued since once the index
+    is read again; a key revoked is refused all the same."""
+    key = await _tenant_with_bot(store, "acme")
+    async with store.tenant("acme") as session:
+        other = await issue_api_key(session, "acme", "another app")
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url="http://127.0.0.1:9/v1"),
+        mode="base",
+        key_lookups_per_s=0.01,
+        key_lookup_burst=2,
+        key_index_s=0.2,
+        cache_s=0,  # every request a lookup
+    )
+    url = f"http://127.0.0.1:{port}/v1/models"
+
+    async def status(token: str) -> int:
+        async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as r:
+            return r.status
+
+    def indexed(n: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            registry = service.metrics.registry
+            return registry.get_sample_value("retrace_router_keys_indexed") == n
+
+        return check
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            await eventually(indexed(2), within=10)
+            made_up = [f"rt_acme_{secrets.token_urlsafe(24)}" for _ in range(3)]
+            assert [await status(k) for k in made_up] == [401, 401, 503]  # spent
+            assert [await status(k) for k in (key, other, key, other, key)] == [200] * 5
+            async with store.tenant("acme") as session:
+                issued = await issue_api_key(session, "acme", "issued since")
+            await eventually(indexed(3), within=10)
+            assert [await status(issued) for _ in range(3)] == [200] * 3
+            async with store.tenant("acme") as session:
+                await revoke_api_key(session, other)
+            assert await status(other) == 401
     finally:
         service.stop()
         await run
