@@ -66,6 +66,15 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     limit."""
     tenant_burst: Annotated[int, msgspec.Meta(ge=1)] = 20
     """Requests a tenant may make at once after being idle, under `tenant_rate`."""
+    upstream_connections: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
+    """Connections this process holds to the model server at most; a request that finds
+    them all in use waits for one within `model.request_timeout`, then gets a 503."""
+    tenant_concurrency: Annotated[int, msgspec.Meta(ge=1)] | None = 50
+    """Chat requests one tenant may have in progress at once in this process (a stream
+    until its end); above, a 429 with Retry-After. Rates count requests begun, so without
+    it one tenant's long or slowly read streams could hold every upstream connection
+    (`upstream_connections`) and stall every other tenant; keep it below that. None: no
+    limit."""
     tenant_tokens_per_min: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
     """Tokens a minute each tenant may use, over all router processes, counted when a
     request is taken as Azure OpenAI counts them: its prompt's characters / 4 plus `n` x its

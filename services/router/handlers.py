@@ -32,7 +32,7 @@ from services.router.keys import KeyIndex
 from services.router.limits import Budget, SpendingExchange, TenantLimits
 from services.router.recorder import Answered, Opening, Recorder, Turn
 from services.router.spool import Spool
-from services.router.upstream import Upstream, UpstreamError
+from services.router.upstream import Upstream, UpstreamBusyError, UpstreamError
 from shared import embeddings
 from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.adapters import Served
@@ -184,6 +184,7 @@ class RouterApp:
             self.upstream,
             headers={"Authorization": f"Bearer {cfg.model.api_key}"},
             timeout=cfg.model.request_timeout,
+            limit=cfg.upstream_connections,
         )
         """The chat requests' way to the model server, with its key (`RETRACE_MODEL_API_KEY`)
         on every request, as the model client sends it."""
@@ -197,6 +198,8 @@ class RouterApp:
         self.recent = Recent(cfg.recent_conversations)
         self.limits = TenantLimits()
         self.key_lookups = Budget(cfg.key_lookups_per_s, cfg.key_lookup_burst)
+        self._running: dict[str, int] = {}
+        """Each tenant's chat requests in progress (`tenant_concurrency`)."""
         self.key_index: KeyIndex | None = None
         """The live keys' hashes: a key here is looked up without spending `key_lookups`
         (started with the service, which has the store)."""
@@ -401,6 +404,17 @@ class RouterApp:
             authorized = await self._authorized(request)
             if isinstance(authorized, web.Response):
                 return authorized
+            tenant = authorized[0]
+            cap = self.cfg.tenant_concurrency
+            running = self._running.get(tenant, 0)
+            if cap is not None and running >= cap:
+                if self.routed is not None:
+                    self.routed.labels("-", "tenant_concurrency").inc()
+                return error(
+                    429,
+                    f"too many requests in progress: {cap} at once for this tenant",
+                    headers={"Retry-After": "1"},
+                )
             recorder = self.recorder
             if recorder is not None and not recorder.reserve():
                 # the store is behind by `unrecorded_limit` turns: refused before a reply
@@ -409,11 +423,16 @@ class RouterApp:
                     self.routed.labels("-", "recorder_full").inc()
                 log.warning("request refused: turns wait for the store", waiting=recorder.waiting)
                 return error(503, "too many answered turns wait to be recorded; try again")
+            self._running[tenant] = running + 1
             try:
                 return await self._chat(request, authorized, started)
             finally:
                 if recorder is not None:
                     recorder.release()
+                if (left := self._running[tenant] - 1) > 0:
+                    self._running[tenant] = left
+                else:
+                    del self._running[tenant]
         finally:
             self._chats -= 1
 
@@ -742,7 +761,13 @@ class RouterApp:
         return out
 
     def _unreachable(self, headers: dict[str, str], exc: BaseException) -> web.Response:
-        """A 502 for an endpoint that could not be reached (its address stays in the log)."""
+        """A 502 for an endpoint that could not be reached (its address stays in the log); a
+        503 where every connection to it stayed in use."""
+        if isinstance(exc, UpstreamBusyError):
+            self._count(headers, "upstream_busy")
+            return error(
+                503, "the inference endpoint is busy; try again", headers=_on_error(headers)
+            )
         self._count(headers, "upstream_error")
         log.warning(
             "inference endpoint unreachable", target=headers[ADAPTER_HEADER], error=repr(exc)

@@ -36,6 +36,10 @@ class UpstreamError(Exception):
     """The model server could not be reached, or broke off or garbled its reply."""
 
 
+class UpstreamBusyError(UpstreamError):
+    """Every connection to the model server stayed in use for the request's time limit."""
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; one request at a time, its reply parsed as it arrives."""
 
@@ -267,23 +271,31 @@ class Upstream:
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         """The reply's status and whole body."""
-        async with self._slot():
-            connection = await self._send(self._request(path, body))
+        deadline = self._deadline()
+        slots = await self._slot(deadline)
+        try:
+            connection = await self._send(self._request(path, body), deadline)
             try:
                 return connection.status, await connection.whole()
             finally:
                 self._release(connection)
+        finally:
+            slots.release()
 
     @asynccontextmanager
     async def stream(self, path: str, body: bytes) -> AsyncIterator[Reply]:
         """The reply once its status and headers came; its body is read inside the block (a
         connection left with its reply unread is closed, not reused)."""
-        async with self._slot():
-            connection = await self._send(self._request(path, body))
+        deadline = self._deadline()
+        slots = await self._slot(deadline)
+        try:
+            connection = await self._send(self._request(path, body), deadline)
             try:
                 yield Reply(connection)
             finally:
                 self._release(connection)
+        finally:
+            slots.release()
 
     async def close(self) -> None:
         for connection in list(self._open):
@@ -291,10 +303,27 @@ class Upstream:
         self._open.clear()
         self._idle.clear()
 
-    def _slot(self) -> asyncio.Semaphore:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limit)
-        return self._slots
+    def _deadline(self) -> float | None:
+        return None if self.timeout is None else asyncio.get_running_loop().time() + self.timeout
+
+    async def _slot(self, deadline: float | None) -> asyncio.Semaphore:
+        """One of the `limit` connections taken (give it back to what is returned), waited
+        for within the request's time limit: the wait was unbounded, so connections held
+        by long streams held every other request with them."""
+        slots = self._slots
+        if slots is None:
+            slots = self._slots = asyncio.Semaphore(self.limit)
+        if not slots.locked():
+            await slots.acquire()  # free: taken at once, no timer
+            return slots
+        try:
+            async with asyncio.timeout_at(deadline):
+                await slots.acquire()
+        except TimeoutError:
+            raise UpstreamBusyError(
+                f"all {self.limit} connections to the model server stayed in use"
+            ) from None
+        return slots
 
     def _request(self, path: str, body: bytes) -> bytes:
         return b"".join(
@@ -302,10 +331,8 @@ class Upstream:
              b"Content-Length: %d\r\n\r\n" % len(body), body)
         )  # fmt: skip
 
-    async def _send(self, request: bytes) -> _Connection:
+    async def _send(self, request: bytes, deadline: float | None) -> _Connection:
         """A connection whose reply to `request` has begun (status and headers read)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if self.timeout is None else loop.time() + self.timeout
         while True:
             connection, reused = await self._connection(deadline)
             connection.begin(request, deadline)

@@ -871,6 +871,46 @@ async def test_made_up_keys_cost_the_store_a_bounded_number_of_lookups(
         await run
 
 
+async def test_one_tenant_cannot_hold_every_upstream_connection(
+    service_cfg: ServiceConfig, store: Store
+) -> None:
+    """Session 32's review: rates count requests begun, so one tenant's long streams held
+    all 100 connections to the model server and every other tenant's request waited behind
+    them. A tenant has `tenant_concurrency` requests in progress at most (a 429 past it);
+    the others' requests go on (a request's wait for a connection is bounded too:
+    tests/unit/test_router_upstream.py)."""
+    acme = await _tenant_with_bot(store, "acme")
+    globex = await _tenant_with_bot(store, "globex")
+    upstream = Upstream()
+    server = TestServer(upstream.app())
+    await server.start_server()
+    upstream.delay = 1.0
+    service, run, port = await _started(
+        service_cfg,
+        ModelConfig(url=f"http://127.0.0.1:{server.port}/v1"),
+        mode="base",
+        tenant_concurrency=2,
+    )
+    url = f"http://127.0.0.1:{port}"
+    ask = {"model": "bot", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            first = await asyncio.gather(
+                *(_chat(http, url, acme, ask) for _ in range(3)), _chat(http, url, globex, ask)
+            )
+            codes = sorted(status for status, _, _ in first[:3])
+            assert codes == [200, 200, 429] and first[3][0] == 200, first
+            refused = next(r for r in first[:3] if r[0] == 429)
+            assert refused[1]["Retry-After"] == "1"
+            assert "2 at once for this tenant" in refused[2]["error"]["message"]
+            # the refused one's place is back once a request ends
+            assert (await _chat(http, url, acme, ask))[0] == 200
+    finally:
+        service.stop()
+        await run
+        await server.close()
+
+
 async def test_made_up_keys_cannot_spend_the_lookups_real_keys_need(
     service_cfg: ServiceConfig, store: Store
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.router.upstream import HIGH_WATER, Upstream, UpstreamError
+from services.router.upstream import HIGH_WATER, Upstream, UpstreamBusyError, UpstreamError
 
 Answer = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
 """Given a request (head and body), writes a reply; False: close the connection after."""
@@ -352,3 +352,18 @@ def test_an_address_that_is_not_http_is_refused(url: str) -> None:
 def test_a_header_with_a_line_break_is_refused() -> None:
     with pytest.raises(ValueError, match="line break"):
         Upstream("http://h/v1", headers={"Authorization": "Bearer k\r\nX-Evil: 1"})
+
+
+async def test_a_request_waits_for_a_connection_only_within_its_time_limit() -> None:
+    """Session 32's review: a request that found every connection in use waited for one
+    outside its time limit, so it could wait a whole request's limit and then its own."""
+    async with Server(reply(b"ok")) as server:
+        up = Upstream(server.url, timeout=0.3, limit=1)
+        async with up.stream("/x", b"{}") as held:  # the one connection, held
+            assert held.status == 200
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(UpstreamBusyError, match="all 1 connections"):
+                await up.post("/x", b"{}")
+            assert asyncio.get_running_loop().time() - began < 0.6
+        assert await up.post("/x", b"{}") == (200, b"ok")  # given back
+        await up.close()
