@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.exc import (
     ArgumentError,
     CompileError,
@@ -499,8 +499,9 @@ WITH living AS (
     ON CONFLICT DO NOTHING
 )
 INSERT INTO conversations (id, tenant_id, agent_id, adapter_id, api_key_id, trajectory_id,
-                           tip, route, turns)
-SELECT id, $1, agent_id, served_by, api_key_id, trajectory_id, tip, route::jsonb, turns
+                           tip, route, turns, branch_of)
+SELECT id, $1, agent_id, served_by, api_key_id, trajectory_id, tip, route::jsonb, turns,
+       (route::jsonb->>'branch_of')::uuid
 FROM living
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -571,6 +572,7 @@ async def keep(session: Any, answered: Answered) -> None:
             agent_id=o.agent_id,
             adapter_id=adapter_id,
             api_key_id=o.api_key_id,
+            branch_of=_branch_of(o.route),
             tip="",
             route=o.route,
             turns=o.turns,
@@ -580,18 +582,10 @@ async def keep(session: Any, answered: Answered) -> None:
     if conversation.tip == answered.tip:
         return  # written before: a retry of a write whose commit was not heard of
     if conversation.tip != turn.found_tip:
-        if await _holds(session, conversation, answered):
-            return  # written before, and the conversation went on since (a spool replayed)
-        conversation = Conversation(
-            agent_id=conversation.agent_id,
-            adapter_id=conversation.adapter_id,
-            api_key_id=conversation.api_key_id,
-            tip="",
-            route={**conversation.route, "branch_of": str(conversation.id)},
-            turns=turn.found_turns,
-        )
-        session.add(conversation)
-        await session.flush()
+        kept = await _branched(session, conversation, answered)
+        if kept is None:
+            return  # written before (a spool or journal replayed)
+        conversation = kept
     trajectory = (
         await session.get(Trajectory, conversation.trajectory_id)
         if conversation.trajectory_id
@@ -618,6 +612,47 @@ async def keep(session: Any, answered: Answered) -> None:
         trajectory.latency_ms += answered.latency_ms
     conversation.tip = answered.tip
     conversation.turns += 1
+
+
+async def _branched(
+    session: Any, conversation: Conversation, answered: Answered
+) -> Conversation | None:
+    """Where a turn goes whose conversation has moved on from the tip it found (another
+    router process answered a turn of it meanwhile): None where the conversation or one of
+    its branches holds the turn already (it was written before); else the branch at the tip
+    the turn found, so the later turns of a branch found only here go on in it (each made a
+    branch of its own, its history again); else a new branch."""
+    branches = list(
+        await session.scalars(
+            select(Conversation)
+            .where(Conversation.branch_of == conversation.id)
+            .order_by(Conversation.created_at)
+            .with_for_update()
+        )
+    )
+    for candidate in (conversation, *branches):
+        if candidate.tip == answered.tip or await _holds(session, candidate, answered):
+            return None
+    at_tip = next((b for b in branches if b.tip == answered.turn.found_tip), None)
+    if at_tip is not None:
+        return at_tip
+    branch = Conversation(
+        agent_id=conversation.agent_id,
+        adapter_id=conversation.adapter_id,
+        api_key_id=conversation.api_key_id,
+        branch_of=conversation.id,
+        tip="",
+        route={**conversation.route, "branch_of": str(conversation.id)},
+        turns=answered.turn.found_turns,
+    )
+    session.add(branch)
+    await session.flush()
+    return branch
+
+
+def _branch_of(route: dict[str, Any]) -> uuid.UUID | None:
+    """The conversation a new one branches from, as its route names it."""
+    return uuid.UUID(route["branch_of"]) if "branch_of" in route else None
 
 
 async def _holds(session: Any, conversation: Conversation, answered: Answered) -> bool:

@@ -342,7 +342,10 @@ class Conversation(TenantOwned, Base):
     the next request of the same conversation is recognised (its history starts with them)."""
 
     __tablename__ = "conversations"
-    __table_args__ = (Index(None, "tenant_id", "agent_id", "tip"),)
+    __table_args__ = (
+        Index(None, "tenant_id", "agent_id", "tip"),
+        Index(None, "tenant_id", "branch_of"),
+    )
 
     id: Mapped[uuid.UUID] = _id()
     agent_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
@@ -356,6 +359,11 @@ class Conversation(TenantOwned, Base):
         ForeignKey("api_keys.id", ondelete="SET NULL")
     )
     """The key the conversation was opened with: its history hash is looked up only there."""
+    branch_of: Mapped[uuid.UUID | None]
+    """The conversation this one branched from (a turn sent on a history it had moved on
+    from: two turns at once, an earlier turn edited), as `route.branch_of` says too; not a
+    foreign key (a branch may be written before the conversation another router process
+    answered)."""
     tip: Mapped[str] = mapped_column(String(64))
     route: Mapped[dict[str, Any]] = mapped_column(default=dict)
     """How it was routed: mode, chosen adapter, confidence, every candidate's score."""

@@ -156,8 +156,48 @@ async def test_a_conversation_moved_on_elsewhere_keeps_this_turn_as_a_branch(
     assert len(rows) == 2
     [branch] = [c for c in rows.values() if c.id != first.turn.conversation_id]
     assert branch.route["branch_of"] == str(first.turn.conversation_id)
+    assert branch.branch_of == first.turn.conversation_id
     assert branch.tip == second.tip
     assert (await _trajectory(store, "acme", branch)).messages == second.messages
+
+
+async def test_a_branch_found_only_in_the_store_takes_its_later_turns_and_replays_once(
+    store: Store,
+) -> None:
+    """Session 32's review: two router processes answered turns 2a and 2b of one
+    conversation at once. 2b, written second, became a branch; but its process had moved the
+    conversation on to 2b in memory, so 3b and 4b each found the conversation elsewhere and
+    each made a branch of its own, the history again (three branches, each a prefix of the
+    next). And a journal replayed after a crash made a branch of 2b once more."""
+    agent = await _agent(store, "acme")
+    first, _ = _turns("acme", agent, "hello", 2)
+    await _write(store, "acme", [first])
+    known = first.turn.known
+
+    def turn(history: list[dict[str, Any]], text: str) -> Answered:
+        messages = [*history, {"role": "user", "content": text}]
+        messages.append({"role": "assistant", "content": f"re {text}"})
+        turns = len(history) // 2
+        t = Turn("acme", known, tip(history), turns)
+        return Answered(t, "smollm2", messages, tip(messages), 3, 10.0)
+
+    two_a = turn(first.messages, "2a")
+    two_b = turn(first.messages, "2b")
+    three_b = turn(two_b.messages, "3b")
+    four_b = turn(three_b.messages, "4b")
+    for answered in (two_a, two_b, three_b, four_b):
+        await _write(store, "acme", [answered])
+    rows = await _conversations(store, "acme")
+    assert len(rows) == 2, [r.route for r in rows.values()]
+    [branch] = [c for c in rows.values() if c.id != known.id]
+    assert branch.branch_of == known.id and branch.route["branch_of"] == str(known.id)
+    assert branch.tip == four_b.tip and branch.turns == 4
+    assert (await _trajectory(store, "acme", branch)).messages == four_b.messages
+    assert (await _trajectory(store, "acme", rows[known.id])).messages == two_a.messages
+    # the journal replayed: nothing is written twice
+    for replayed in ([two_b], [two_a, two_b, three_b], [first, two_a, two_b, three_b, four_b]):
+        await _write(store, "acme", replayed)
+    assert len(await _conversations(store, "acme")) == 2
 
 
 async def test_a_turn_the_store_refuses_is_lost_alone(store: Store) -> None:

@@ -580,6 +580,9 @@ async def test_conversations_are_the_caller_s_and_concurrent_turns_both_kept(
         return sorted(kept) == ["And Guernica?", "And the Night Watch?"]
 
     await eventually(both_kept, within=10)
+    async with store.tenant("acme") as session:
+        [branch] = [await session.get(Conversation, uuid.UUID(c)) for c in landed - {ids[0]}]
+    assert branch is not None and branch.branch_of == uuid.UUID(ids[0])
 
 
 async def test_a_reply_given_while_the_store_is_down_is_recorded_when_it_is_back(
