@@ -715,9 +715,9 @@ class RouterApp:
                         **headers,
                     }
                 )
-                await out.prepare(request)
                 partial = b""  # a line the last chunk ended inside
                 try:
+                    await out.prepare(request)
                     async for chunk in upstream.chunks():
                         await out.write(chunk)
                         *lines, partial = (partial + chunk).split(b"\n")
@@ -743,8 +743,9 @@ class RouterApp:
                             code=502,
                         )
                     )
-                    await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
-                    await out.write_eof()
+                    with contextlib.suppress(ConnectionResetError):  # the caller left too
+                        await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
+                        await out.write_eof()
                     return out
         except (UpstreamError, TimeoutError) as exc:  # before the reply began
             return self._unreachable(headers, exc)
@@ -757,7 +758,8 @@ class RouterApp:
             (time.perf_counter() - started) * 1000,
         )  # its headers went with the first chunk: a branch shows on the next reply
         self._count(headers, "ok")
-        await out.write_eof()
+        with contextlib.suppress(ConnectionResetError):  # left with the reply whole: kept
+            await out.write_eof()
         return out
 
     def _unreachable(self, headers: dict[str, str], exc: BaseException) -> web.Response:

@@ -1002,6 +1002,38 @@ async def test_a_caller_who_leaves_a_stream_closes_the_endpoint_s_and_no_turn_is
         assert await session.get(Conversation, uuid.UUID(cid)) is None  # nothing kept
 
 
+async def test_a_caller_who_leaves_before_a_stream_begins_is_no_error(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Session 32's review: a caller gone before the stream's headers went out raised out of
+    `prepare` into the error middleware: an error logged with its traceback."""
+    url, key, upstream, _ = router
+    upstream.delay = 0.5
+    failures: list[str] = []
+    monkeypatch.setattr(
+        "shared.llm.errors_http.log.exception", lambda event, **kw: failures.append(event)
+    )
+    body = {"model": "bot", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    host, port = url.removeprefix("http://").split(":")
+    raw = json.dumps(body).encode()
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nAuthorization: Bearer "
+            + key.encode()
+            + b"\r\nContent-Length: %d\r\n\r\n" % len(raw)
+            + raw
+        )
+        await writer.drain()
+        await upstream.chatting.wait()
+        upstream.chatting.clear()
+        writer.transport.abort()  # gone while the endpoint thinks
+    await asyncio.sleep(1.0)
+    assert failures == []
+
+
 async def _tenant_with_bot(store: Store, tenant: str) -> str:
     """A tenant with an agent `bot`; its key."""
     async with store.cross_tenant() as session:
