@@ -1018,7 +1018,7 @@ async def test_a_caller_who_leaves_before_a_stream_begins_is_no_error(
     host, port = url.removeprefix("http://").split(":")
     raw = json.dumps(body).encode()
     for _ in range(3):
-        reader, writer = await asyncio.open_connection(host, int(port))
+        _, writer = await asyncio.open_connection(host, int(port))
         writer.write(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
             b"\r\nAuthorization: Bearer "
