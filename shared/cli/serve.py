@@ -97,10 +97,17 @@ _ACCESS_OPTIONS = [
 @click.option("--served-name", default=None, help="Name clients use in `model` (default: --model).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True)
-@click.option("--max-batch", default=32, show_default=True, help="Sequences generated together.")
+@click.option(
+    "--max-batch",
+    default=32,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Sequences generated together.",
+)
 @click.option(
     "--batch-window-ms",
     default=10.0,
+    type=click.FloatRange(0, 10_000),
     show_default=True,
     help="How long a batch waits for more requests before it starts.",
 )

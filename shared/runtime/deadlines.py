@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_protocol import RequestPayloadError
 
 IDLE_TIMEOUT_S = 30.0
 """Default: far longer than a client on a working network takes to send its headers, and
@@ -30,6 +32,10 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
     except TimeoutError:
         raise web.HTTPRequestTimeout(
             text=f"the request body did not arrive within {seconds:g} s"
+        ) from None
+    except (HttpProcessingError, RequestPayloadError) as exc:  # not gzip, a broken chunk
+        raise web.HTTPBadRequest(
+            text=f"the request body could not be read: {str(exc)[:200]}"
         ) from None
 
 

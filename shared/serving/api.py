@@ -4,6 +4,7 @@ LoRA endpoints. Every request is validated; a bad one gets a 4xx with an OpenAI 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -37,6 +38,8 @@ from shared.llm.openai_types import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
+    ErrorBody,
+    ErrorResponse,
     LoadAdapterRequest,
     ModelCard,
     ModelList,
@@ -51,9 +54,9 @@ from shared.logging import get_logger
 from shared.runtime.deadlines import BODY_TIMEOUT_S, read_body
 from shared.serving.access import ModelAccess, OutsideStore
 from shared.serving.constrain import Grammar, for_request
-from shared.serving.engine import Delta, Engine, Output
+from shared.serving.engine import AdapterUnloaded, Delta, Engine, Output
 from shared.serving.openapi import ServerHealth, model_server_openapi
-from shared.serving.prompts import PromptBuilder
+from shared.serving.prompts import PromptBuilder, Unrenderable
 from shared.serving.sampling import SamplingParams
 
 log = get_logger(__name__)
@@ -62,6 +65,10 @@ MIN_TEMPERATURE = 1e-3
 MAX_SEED = 2**63 - MAX_N
 """Each of n samples seeds its own generator with seed + i, which torch takes up to 2**63."""
 DEFAULT_MAX_TOKENS = 512
+MAX_STOPS = 16
+"""Stop strings a request may give (OpenAI's API takes 4; vLLM's more)."""
+MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
 T = TypeVar("T")
 
 
@@ -77,6 +84,8 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except ApiError as exc:
         return openai_error(exc.status, exc.message, exc.kind)
+    except AdapterUnloaded as exc:
+        return openai_error(404, str(exc), "not_found_error")
     except web.HTTPException:
         raise  # `json_errors` writes it as JSON
     except Exception:
@@ -122,6 +131,8 @@ class ModelServer:
         # templating and tokenizing a long conversation takes seconds: one thread of its own
         # (the tokenizer is not shared between threads), never the event loop
         self._prompt_thread = ThreadPoolExecutor(1, thread_name_prefix="prompts")
+        self._changing = asyncio.Lock()
+        """Held by a load or an unload of an adapter, from its check to its end."""
         self.created = int(time.time())
         self.vocab = engine.model.get_input_embeddings().num_embeddings
         self.registry = CollectorRegistry()
@@ -177,12 +188,18 @@ class ModelServer:
     # -- chat -------------------------------------------------------------------------------
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req = await self._decode(request, ChatRequest)
+        _applied(await self._decode(request, Unapplied))
+        if req.stream and (req.logprobs or req.top_logprobs):
+            raise ApiError(400, "serve-model does not stream logprobs: ask without stream")
         adapter = self._adapter_for(req.model)
         params = self._params(req)
         loop = asyncio.get_running_loop()
-        prompt_ids, prefix = await loop.run_in_executor(
-            self._prompt_thread, self.prompts.build, req
-        )
+        try:
+            prompt_ids, prefix = await loop.run_in_executor(
+                self._prompt_thread, self.prompts.build, req
+            )
+        except Unrenderable as exc:
+            raise ApiError(400, str(exc)) from exc
         self._check_fits(prompt_ids, params)
         if req.stream:
             return await self._stream(request, req, prompt_ids, prefix, params, adapter)
@@ -193,7 +210,10 @@ class ModelServer:
             id=f"chatcmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
             model=req.model,
-            choices=[self._choice(i, o, prefix, tools) for i, o in enumerate(outputs)],
+            choices=[
+                self._choice(i, o, prefix, tools, req.parallel_tool_calls is False)
+                for i, o in enumerate(outputs)
+            ],
             usage=Usage(
                 prompt_tokens=len(prompt_ids),
                 completion_tokens=sum(len(o.token_ids) for o in outputs),
@@ -201,6 +221,24 @@ class ModelServer:
             ),
         )
         return web.Response(body=msgspec.json.encode(response), content_type="application/json")
+
+    async def _broken_off(
+        self, response: web.StreamResponse, model: str, exc: Exception
+    ) -> web.StreamResponse:
+        """A stream whose generation failed after its 200 went out ends with an error
+        event, OpenAI's way (an error response then was written into the stream raw)."""
+        if isinstance(exc, AdapterUnloaded):
+            body = ErrorBody(message=str(exc), type="not_found_error", code=404)
+        else:
+            log.error("generation failed mid-stream", model=model, error=repr(exc))
+            message = "internal error (logged by the model server)"
+            body = ErrorBody(message=message, type="server_error", code=500)
+        self._count(model, "failed")
+        with contextlib.suppress(ConnectionResetError):
+            failed = msgspec.json.encode(ErrorResponse(error=body))
+            await response.write(b"data: " + failed + b"\n\n")
+            await response.write_eof()
+        return response
 
     def _adapter_for(self, model: str) -> str | None:
         if model == self.served_name:
@@ -217,9 +255,6 @@ class ModelServer:
         if not req.messages:
             raise ApiError(400, "messages must not be empty")
         _neutral(
-            ("presence_penalty", req.presence_penalty, (0.0,)),
-            ("frequency_penalty", req.frequency_penalty, (0.0,)),
-            ("logit_bias", {t: b for t, b in (req.logit_bias or {}).items() if b} or None, (None,)),
             ("top_k", req.top_k, (-1, 0)),
             ("min_p", req.min_p, (0.0,)),
             ("repetition_penalty", req.repetition_penalty, (1.0,)),
@@ -240,9 +275,11 @@ class ModelServer:
         )
         return dataclasses.replace(params, grammar=_grammar(req))
 
-    def _choice(self, index: int, out: Output, prefix: str, tools: tuple[str, ...]) -> Choice:
+    def _choice(
+        self, index: int, out: Output, prefix: str, tools: tuple[str, ...], single: bool
+    ) -> Choice:
         text = prefix + out.text
-        message, finish = _message(text, tools)
+        message, finish = _message(text, tools, single)
         logprobs = None
         if out.logprobs:
             logprobs = ChoiceLogprobs(
@@ -320,9 +357,12 @@ class ModelServer:
             return response
         finally:
             job.cancel()  # done already, or its caller gone: the engine drops its rows
-        outputs = job.result()
+        try:
+            outputs = job.result()
+        except Exception as exc:  # noqa: BLE001  the status went out: an error event ends it
+            return await self._broken_off(response, req.model, exc)
         for i, out in enumerate(outputs):
-            message, finish = _message(prefix + out.text, tools)
+            message, finish = _message(prefix + out.text, tools, req.parallel_tool_calls is False)
             delta: dict[str, Any] = {}
             if tools:
                 delta = msgspec.to_builtins(message)
@@ -348,6 +388,7 @@ class ModelServer:
         """Plain completions; a prompt of token ids is generated from as it is, and
         `return_token_ids` gives each choice's tokens, the stop token included (as vLLM)."""
         req = await self._decode(request, CompletionRequest)
+        _applied(await self._decode(request, Unapplied))
         if req.stream:
             raise ApiError(
                 400, "serve-model does not stream /v1/completions; stream /v1/chat/completions"
@@ -446,31 +487,53 @@ class ModelServer:
             raise ApiError(403, exc.message, "permission_error") from exc
         if not (path / "adapter_config.json").exists():
             raise ApiError(400, f"no PEFT adapter at {path} (adapter_config.json missing)")
-        try:
-            await self.engine.run_on_engine(lambda: self._load(req.lora_name, str(path)))
-        except (ValueError, OSError, KeyError, RuntimeError) as exc:
-            raise ApiError(400, f"cannot load adapter {req.lora_name!r}: {exc}") from exc
+        async with self._changing:  # one load or unload at a time: each checks, then acts
+            if req.lora_name in self.engine.adapters:
+                raise ApiError(400, f"adapter {req.lora_name!r} is already loaded")
+            try:
+                await self.engine.run_on_engine(lambda: self._load(req.lora_name, str(path)))
+            except Exception as exc:  # any reason its files do not load: the admin's 400
+                log.warning("adapter not loaded", name=req.lora_name, error=repr(exc)[:2000])
+                raise ApiError(
+                    400, f"cannot load adapter {req.lora_name!r}: {str(exc)[:500]}"
+                ) from exc
         log.info("adapter loaded", name=req.lora_name, path=str(path))
         return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' added successfully.")
 
     def _load(self, name: str, path: str) -> None:
-        from peft import PeftModel
+        """Load an adapter; one that fails to load leaves the model as it was. (PEFT puts
+        the LoRA layers in before it reads the weights: a first adapter whose weights did not
+        fit left the base model holding them, and every request failed until a restart.)"""
+        from peft import PeftConfig, PeftModel, get_peft_model
 
-        if not hasattr(self.engine.model, "peft_config"):
-            self.engine.model = PeftModel.from_pretrained(
-                self.engine.model, path, adapter_name=name
-            )
+        model = self.engine.model
+        if isinstance(model, PeftModel):
+            try:
+                model.load_adapter(path, adapter_name=name)
+            except BaseException:
+                if name in model.peft_config:
+                    model.delete_adapter(name)
+                    if self.engine.adapters:
+                        model.set_adapter(next(iter(self.engine.adapters)))
+                raise
         else:
-            self.engine.model.load_adapter(path, adapter_name=name)
+            wrapped = get_peft_model(model, PeftConfig.from_pretrained(path), adapter_name=name)
+            try:
+                wrapped.load_adapter(path, adapter_name=name)
+            except BaseException:
+                self.engine.model = wrapped.unload()  # the LoRA layers out again
+                raise
+            self.engine.model = wrapped
         self.engine.model.eval()
         self.engine.adapters[name] = path
         self.engine.kv.drop(name)
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
         req = await self._decode(request, UnloadAdapterRequest)
-        if req.lora_name not in self.engine.adapters:
-            raise ApiError(404, f"adapter {req.lora_name!r} is not loaded", "not_found_error")
-        await self.engine.run_on_engine(lambda: self._unload(req.lora_name))
+        async with self._changing:
+            if req.lora_name not in self.engine.adapters:
+                raise ApiError(404, f"adapter {req.lora_name!r} is not loaded", "not_found_error")
+            await self.engine.run_on_engine(lambda: self._unload(req.lora_name))
         log.info("adapter unloaded", name=req.lora_name)
         return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
@@ -486,10 +549,19 @@ class ModelServer:
         self.engine.kv.drop(name)
 
     async def health(self, _: web.Request) -> web.Response:
+        """200 while the engine generates; 503 once its thread has stopped (every request
+        would then wait for ever: health said ok all the same)."""
+        alive = self.engine.alive
         health = ServerHealth(
-            status="ok", model=self.served_name, adapters=len(self.engine.adapters)
+            status="ok" if alive else "engine stopped",
+            model=self.served_name,
+            adapters=len(self.engine.adapters),
         )
-        return web.Response(body=msgspec.json.encode(health), content_type="application/json")
+        return web.Response(
+            body=msgspec.json.encode(health),
+            status=200 if alive else 503,
+            content_type="application/json",
+        )
 
     async def metrics(self, _: web.Request) -> web.Response:
         self.tokens.set(self.engine.stats.generated_tokens)
@@ -564,20 +636,32 @@ def _sampling(
         raise ApiError(400, "max_tokens must be at least 1")
     if not 0 <= top_logprobs <= 20:
         raise ApiError(400, "top_logprobs must be between 0 and 20")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in stops):
+        # each is looked for after every token of every row: 280,000 of them held the
+        # engine 40 ms a token for every request in the batch
+        raise ApiError(
+            400, f"stop takes {MAX_STOPS} strings at most, each {MAX_STOP_CHARS} characters"
+        )
+    if len(stop_token_ids) > MAX_STOP_TOKEN_IDS:
+        raise ApiError(400, f"stop_token_ids takes {MAX_STOP_TOKEN_IDS} ids at most")
     return SamplingParams(
         temperature=temperature,
         top_p=top_p,
         max_tokens=max_tokens,
         seed=seed,
-        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        stop=stops,
         stop_token_ids=stop_token_ids,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
     )
 
 
-def _message(text: str, tools: tuple[str, ...]) -> tuple[ResponseMessage, str | None]:
-    """The assistant message for generated text; tool calls parsed when tools were offered."""
+def _message(
+    text: str, tools: tuple[str, ...], single: bool = False
+) -> tuple[ResponseMessage, str | None]:
+    """The assistant message for generated text; tool calls parsed when tools were offered
+    (the first only where `single`: `parallel_tool_calls` false)."""
     if not tools:
         return ResponseMessage(content=text), None
     parsed = parse_reply(text, tools)
@@ -587,7 +671,7 @@ def _message(text: str, tools: tuple[str, ...]) -> tuple[ResponseMessage, str | 
             function=ToolCallFunction(name=c.name, arguments=c.arguments),
         )
         for c in parsed.calls
-    ]
+    ][: 1 if single else None]
     errors = [f"{m.error}: {m.raw[:500]}" for m in parsed.malformed]
     message = ResponseMessage(
         content=parsed.content,
@@ -596,6 +680,50 @@ def _message(text: str, tools: tuple[str, ...]) -> tuple[ResponseMessage, str | 
         tool_call_format=parsed.form,
     )
     return message, "tool_calls" if calls else None
+
+
+class Unapplied(msgspec.Struct, kw_only=True, frozen=True):
+    """Settings of OpenAI's and vLLM's requests that serve-model does not apply: given a
+    value that would change the reply, a request is refused, not answered as if they had
+    been (every request's body is read as this too; unknown fields are ignored)."""
+
+    best_of: int | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    typical_p: float | None = None
+    length_penalty: float | None = None
+    use_beam_search: bool | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+
+def _applied(u: Unapplied) -> None:
+    _neutral(
+        ("best_of", u.best_of, (1,)),
+        ("min_tokens", u.min_tokens, (0,)),
+        ("ignore_eos", u.ignore_eos, (False,)),
+        ("typical_p", u.typical_p, (1.0,)),
+        ("length_penalty", u.length_penalty, (1.0,)),
+        ("use_beam_search", u.use_beam_search, (False,)),
+        ("echo", u.echo, (False,)),
+        ("suffix", u.suffix or None, (None,)),
+        ("presence_penalty", u.presence_penalty, (0.0,)),
+        ("frequency_penalty", u.frequency_penalty, (0.0,)),
+        ("logit_bias", {t: b for t, b in (u.logit_bias or {}).items() if b} or None, (None,)),
+        ("guided_json", u.guided_json, (None,)),
+        ("guided_regex", u.guided_regex, (None,)),
+        ("guided_choice", u.guided_choice, (None,)),
+        ("guided_grammar", u.guided_grammar, (None,)),
+        ("structured_outputs", u.structured_outputs, (None,)),
+    )
 
 
 def _neutral(*settings: tuple[str, object, tuple[object, ...]]) -> None:

@@ -36,6 +36,15 @@ from shared.serving.sampling import SamplingParams, pick, pick_allowed
 log = get_logger(__name__)
 
 
+class AdapterUnloaded(LookupError):
+    """A request's adapter was unloaded after the request was accepted (it is never answered
+    with another model)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"model {name!r} was unloaded while the request waited")
+        self.name = name
+
+
 @dataclass
 class TokenLogprob:
     token: str
@@ -110,6 +119,11 @@ class Engine:
         batch_window: float = 0.01,
         kv_budget_bytes: int = DEFAULT_BUDGET_BYTES,
     ) -> None:
+        if max_batch < 1 or not 0 <= batch_window <= 10:
+            raise ValueError(
+                f"max_batch must be 1 or more and the batch window 0 to 10 s, not {max_batch} "
+                f"and {batch_window} s"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
@@ -139,6 +153,11 @@ class Engine:
         self._running = True
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the generation thread runs (a health check asks: requests hang without)."""
+        return self._running and self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         with self._wake:
@@ -264,7 +283,7 @@ class Engine:
     def _adapter(self, name: str | None) -> Iterator[None]:
         if not hasattr(self.model, "peft_config"):
             if name is not None:
-                raise KeyError(f"adapter {name!r} was unloaded")
+                raise AdapterUnloaded(name)
             yield
         elif name is None:
             with self.model.disable_adapter():
@@ -272,7 +291,7 @@ class Engine:
         else:
             if name not in self.adapters:
                 # Unloaded after the request was accepted: never answer it with another model.
-                raise KeyError(f"adapter {name!r} was unloaded")
+                raise AdapterUnloaded(name)
             self.model.set_adapter(name)
             yield
 

@@ -24,6 +24,7 @@ class ServerHealth(msgspec.Struct, kw_only=True, frozen=True):
     """GET /healthz and /health."""
 
     status: str
+    """ok | engine stopped"""
     model: str
     adapters: int
     """How many adapters are loaded (their names only to a caller with the key:
@@ -54,9 +55,10 @@ ROUTES = (
 )  # fmt: skip
 """The routes `retrace serve-model` and `retrace model-gate` share."""
 SERVER_HEALTH = (
-    Route("get", "/healthz", "Liveness", response=ServerHealth, secured=False),
-    Route("get", "/health", "Liveness, at vLLM's path", response=ServerHealth, secured=False),
-)
+    Route("get", "/healthz", "Whether the engine generates (503 when its thread stopped)",
+          response=ServerHealth, secured=False),
+    Route("get", "/health", "The same, at vLLM's path", response=ServerHealth, secured=False),
+)  # fmt: skip
 GATE_HEALTH = (
     Route("get", "/healthz", "Whether the engine behind the gate answers (503 when not)",
           response=GateHealth, secured=False),

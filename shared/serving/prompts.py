@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import msgspec
+from jinja2 import TemplateError
 
 from shared.llm.openai_types import ChatRequest
 from shared.llm.tool_format import OPEN, tool_template
@@ -35,16 +36,27 @@ class PromptBuilder:
             m.setdefault("content", "")
             if m["content"] is None:
                 m["content"] = ""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tools=tools,
-            chat_template=self.template,
-            tokenize=False,
-            add_generation_prompt=True,
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages,
+                tools=tools,
+                chat_template=self.template,
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        except (TemplateError, TypeError, ValueError, RecursionError) as exc:
+            # a tool's schema of a shape the template does not take (parameters that are
+            # not an object, a description that is not text): the caller's, not a 500
+            raise Unrenderable(
+                f"this model's chat template cannot render the request: {str(exc)[:300]}"
+            ) from exc
         forced = _forced_prefix(req.tool_choice) if tools else ""
         ids = list(self.tokenizer(text + forced, add_special_tokens=False)["input_ids"])
         return ids, forced
+
+
+class Unrenderable(ValueError):
+    """A request the model's chat template refused."""
 
 
 def _forced_prefix(choice: str | dict[str, Any] | None) -> str:
