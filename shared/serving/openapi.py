@@ -71,7 +71,8 @@ def model_server_openapi() -> dict[str, Any]:
         "retrace model server",
         "1",
         "An OpenAI-compatible endpoint for a base model and its LoRA adapters. Every route but "
-        "health needs the server's key as a bearer token (RETRACE_MODEL_API_KEY); loading and "
+        "health and this document needs the server's key as a bearer token "
+        "(RETRACE_MODEL_API_KEY); loading and "
         "unloading adapters the admin key instead where one is set (RETRACE_MODEL_ADMIN_KEY).",
         ROUTES + SERVER_HEALTH,
         ErrorResponse,
@@ -83,7 +84,7 @@ def model_gate_openapi() -> dict[str, Any]:
         "retrace model gate",
         "1",
         "The model server's API and rules in front of an engine that cannot hold them (vLLM): "
-        "every route but health needs the server's key as a bearer token "
+        "every route but health and this document needs the server's key as a bearer token "
         "(RETRACE_MODEL_API_KEY); loading and unloading adapters the admin key instead where "
         "one is set (RETRACE_MODEL_ADMIN_KEY), and only from the artifact store. Replies are "
         "the engine's, passed through; an engine failure is a 502.",
