@@ -61,7 +61,7 @@ from shared.cycle import ENDED, REQUEST, State, allowed
 from shared.envs.registry import available, canonical, get_environment, open_environment
 from shared.envs.remote.address import tenant_url_refusal
 from shared.errors import UNDECODABLE, PermanentError, RetryableError
-from shared.llm.errors_http import carries_key, json_errors, openai_error
+from shared.llm.errors_http import carries_key, json_errors, openai_error, presented_token
 from shared.logging import get_logger
 from shared.messages import CycleCompleted, CycleRequested, CycleSettings
 from shared.runtime.deadlines import body_deadline
@@ -256,8 +256,7 @@ class ApiApp:
                 return error(404 if admin is None else 401, "operator routes need the admin key")
             return await handler(request)
         if request.path.startswith("/v1/"):
-            auth = request.headers.get("Authorization", "")
-            presented = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+            presented = presented_token(request)
             if not presented:
                 return error(401, "missing bearer token (a tenant API key)")
             admin = self.cfg.admin_key

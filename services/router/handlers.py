@@ -37,7 +37,7 @@ from shared import embeddings
 from shared.errors import UNDECODABLE, PermanentError
 from shared.llm.adapters import Served
 from shared.llm.client import LLMClient, LLMError
-from shared.llm.errors_http import json_errors, openai_error
+from shared.llm.errors_http import json_errors, openai_error, presented_token
 from shared.llm.openai_types import MAX_N, ChatRequest, ErrorBody, ErrorResponse
 from shared.logging import get_logger
 from shared.routing import pack as routing_pack
@@ -277,10 +277,9 @@ class RouterApp:
     # -- requests ----------------------------------------------------------------------------
 
     async def _tenant(self, request: web.Request) -> str | web.Response:
-        auth = request.headers.get("Authorization", "")
-        if not auth.startswith("Bearer ") or not auth[7:].strip():
+        presented = presented_token(request)
+        if not presented:
             return error(401, "missing bearer token (a tenant API key)", "authentication_error")
-        presented = auth[7:].strip()
         if not well_formed(presented):  # no key of ours: refused without a lookup
             return error(401, "unknown or revoked API key", "authentication_error")
         key = await self._key(presented)

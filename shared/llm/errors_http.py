@@ -52,12 +52,19 @@ def openai_error(
     )
 
 
+def presented_token(request: web.Request) -> str:
+    """The token of the request's `Authorization: Bearer <token>` header ("" without one).
+    The scheme is matched whatever its case, as RFC 9110 has it (`bearer` was a 401), and a
+    header without it carries no token (a bare key was taken on the model server)."""
+    scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 def bearer_token(request: web.Request) -> bytes:
     """The request's bearer token as bytes, to compare with `hmac.compare_digest`. A header
     that is not UTF-8 (aiohttp keeps its bytes as surrogates) is the bytes it was, so it is a
     wrong key, not a 500 whose traceback names the key."""
-    given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    return given.encode("utf-8", "surrogateescape")
+    return presented_token(request).encode("utf-8", "surrogateescape")
 
 
 def carries_key(request: web.Request, key: str) -> bool:

@@ -453,6 +453,16 @@ async def test_malformed_bodies_get_a_400_in_the_openai_shape(
     assert upstream.models == []  # none reached the model server
 
 
+async def test_the_bearer_scheme_is_read_whatever_its_case(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+) -> None:
+    url, key, _, _ = router
+    async with aiohttp.ClientSession() as http:
+        for header, status in ((f"bearer {key}", 200), (f"BEARER {key}", 200), (key, 401)):
+            async with http.get(f"{url}/v1/models", headers={"Authorization": header}) as r:
+                assert r.status == status, (header[:8], await r.text())
+
+
 async def test_a_reply_of_another_shape_is_a_502_and_the_router_goes_on(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
 ) -> None:
