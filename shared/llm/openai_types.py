@@ -240,8 +240,12 @@ class ModelList(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class ErrorBody(msgspec.Struct, kw_only=True, frozen=True):
+    """OpenAI's error object: `param` names the request field at fault where one is known
+    (null otherwise, as OpenAI sends it); `code` is the HTTP status."""
+
     message: str
     type: str
+    param: str | None = None
     code: int
 
 
