@@ -718,14 +718,15 @@ class RouterApp:
                 try:
                     await out.prepare(request)
                     async for chunk in upstream.chunks():
-                        await out.write(chunk)
+                        await _to_caller(request, out, chunk)
                         *lines, partial = (partial + chunk).split(b"\n")
                         for line in lines:
                             streamed.fold(line)
                     streamed.fold(partial)
-                except ConnectionResetError:
-                    # the caller left: the endpoint's stream is closed (it stops generating),
-                    # and a turn whose reply nobody saw whole is not recorded
+                except (ConnectionResetError, _CallerStalled):
+                    # the caller left (or stopped reading): the endpoint's stream is closed
+                    # (it stops generating), and a turn whose reply nobody saw whole is not
+                    # recorded
                     self._count(headers, "caller_left")
                     log.debug("caller left a stream", target=headers[ADAPTER_HEADER])
                     return out
@@ -947,6 +948,27 @@ def _completion_tokens(usage: Any) -> int:
     if isinstance(counted, int | float) and not isinstance(counted, bool):
         return int(counted)
     return 0
+
+
+CALLER_WRITE_S = 30.0
+"""How long a stream's write may wait for its caller to read: a caller who stopped reading
+held its connection to the model server (and its tenant's place) for ever."""
+
+
+class _CallerStalled(Exception):
+    """The caller read nothing of a stream for `CALLER_WRITE_S`."""
+
+
+async def _to_caller(request: web.Request, out: web.StreamResponse, chunk: bytes) -> None:
+    """A piece of a stream written to the caller; a caller who does not take it within
+    `CALLER_WRITE_S` is cut off (`_CallerStalled`)."""
+    try:
+        async with asyncio.timeout(CALLER_WRITE_S):
+            await out.write(chunk)
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+        raise _CallerStalled from None
 
 
 def _assistant(reply: Any) -> dict[str, Any]:

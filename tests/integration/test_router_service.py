@@ -1044,6 +1044,43 @@ async def test_a_caller_who_leaves_before_a_stream_begins_is_no_error(
     assert failures == []
 
 
+async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Session 32's review: a caller who stopped reading held its stream's write, and with
+    it the connection to the model server and its tenant's place, for ever. A write the
+    caller does not take within `CALLER_WRITE_S` cuts it off and closes the endpoint's
+    stream."""
+    monkeypatch.setattr("services.router.handlers.CALLER_WRITE_S", 0.5)
+    url, key, upstream, _ = router
+    upstream.more, upstream.pause = tuple("x" * 65_536 for _ in range(400)), 0.0
+    body = {"model": "bot", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    host, port = url.removeprefix("http://").split(":")
+    raw = json.dumps(body).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    _, writer = await asyncio.open_connection(sock=sock)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b"\r\nAuthorization: Bearer "
+        + key.encode()
+        + b"\r\nContent-Length: %d\r\n\r\n" % len(raw)
+        + raw
+    )
+    await writer.drain()  # and nothing read from here on
+
+    async def cut() -> bool:
+        return upstream.streams_cut == 1
+
+    try:
+        await eventually(cut, within=20)  # 26 MB would take far longer than the wait
+    finally:
+        writer.close()
+
+
 async def _tenant_with_bot(store: Store, tenant: str) -> str:
     """A tenant with an agent `bot`; its key."""
     async with store.cross_tenant() as session:
