@@ -96,12 +96,23 @@ class ModelAccess:
         if self.adapter_dirs is None:
             return path
         try:
-            path = await asyncio.to_thread(path.resolve)
+            path, inside = await asyncio.to_thread(_resolved, path)
         except (ValueError, OSError):  # a NUL byte; a link loop
             raise OutsideStore(OutsideStore.message) from None
-        if not path.is_absolute() or not any(path.is_relative_to(d) for d in self.adapter_dirs):
+        if not path.is_absolute() or not all(
+            any(p.is_relative_to(d) for d in self.adapter_dirs) for p in (path, *inside)
+        ):
             raise OutsideStore(OutsideStore.message)
         return path
+
+
+def _resolved(path: Path) -> tuple[Path, list[Path]]:
+    """`path` with its links resolved, and the files beneath it likewise: a file linked out
+    of the store (an adapter's weights linked to any file the server may read) is outside
+    it too."""
+    path = path.resolve()
+    inside = [p.resolve() for p in path.rglob("*")] if path.is_dir() else []
+    return path, inside
 
 
 def weaknesses(access: ModelAccess) -> list[str]:

@@ -116,6 +116,21 @@ async def test_an_adapter_that_does_not_load_leaves_the_server_serving(
     assert list(served[1].adapters) == ["acme--good"]
 
 
+async def test_an_adapter_whose_files_link_out_of_the_store_is_refused(
+    client: TestClient[Any, Any], store: Path, tmp_path: Path
+) -> None:
+    """Only the adapter's directory was checked: a weights file inside it linked to any
+    file the server could read was loaded from there."""
+    outside = tmp_path / "elsewhere.safetensors"
+    shutil.copy(store / "good" / "adapter_model.safetensors", outside)
+    linked = store / "linked"
+    shutil.copytree(store / "good", linked, dirs_exist_ok=True)
+    (linked / "adapter_model.safetensors").unlink()
+    (linked / "adapter_model.safetensors").symlink_to(outside)
+    status, body = await _load(client, "acme--linked", linked)
+    assert status == 403 and body["error"]["type"] == "permission_error", body
+
+
 async def test_loads_and_unloads_of_one_name_at_once_are_answered_one_by_one(
     client: TestClient[Any, Any], store: Path
 ) -> None:
