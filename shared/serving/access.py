@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from shared.llm.errors_http import bearer_token, openai_error
-from shared.serving.keys import KeyRing
+from shared.serving.keys import MIN_KEY_LENGTH, KeyRing
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -129,6 +129,21 @@ def weaknesses(access: ModelAccess) -> list[str]:
         said.append(
             "no admin key: every caller with the service key also loads and unloads adapters, "
             "changing what every tenant is served (set RETRACE_MODEL_ADMIN_KEY)"
+        )
+    short = [
+        ring.kind
+        for ring in (access.api_keys, access.admin_keys)
+        if any(len(k) < MIN_KEY_LENGTH for k in ring.accepted())
+    ]
+    if short:
+        said.append(
+            f"{' and '.join(short)} shorter than {MIN_KEY_LENGTH} characters: easily guessed "
+            "(`retrace up` generates long ones)"
+        )
+    if access.admin_keys.accepted() & access.api_keys.accepted():
+        said.append(
+            "the admin key is also a service key: every caller that chats also loads and "
+            "unloads adapters (give RETRACE_MODEL_ADMIN_KEY a key of its own)"
         )
     if access.adapter_dirs is None:
         said.append("adapters load from any path this server can read (give --adapter-dir)")

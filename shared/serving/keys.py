@@ -99,6 +99,10 @@ class KeyRing:
     def __len__(self) -> int:
         return len(self._encoded)
 
+    def accepted(self) -> frozenset[str]:
+        """The keys accepted now (for the start's warnings; never logged)."""
+        return self._fixed | self._listed
+
     def accepts(self, token: bytes) -> bool:
         """Whether `token` is one of the keys. Every key is compared, each in constant time,
         so the time taken tells nothing of which key came close."""

@@ -222,6 +222,10 @@ async def test_without_a_key_file_nothing_watches_and_sighup_is_not_taken() -> N
         (OLD, None, ["x"], ["no admin key"]),
         (OLD, ADMIN, ["x"], []),
         (OLD, ADMIN, None, ["any path"]),
+        # session 32's review: weak keys were taken without a word
+        ("short", ADMIN, ["x"], ["api key shorter than 16"]),
+        (OLD, "EMPTY", ["x"], ["admin key shorter than 16"]),
+        (OLD, OLD, ["x"], ["also a service key"]),
     ],
 )
 def test_a_server_s_start_says_what_its_rules_leave_open(
