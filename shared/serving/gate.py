@@ -19,7 +19,7 @@ import contextlib
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
@@ -55,9 +55,29 @@ The rest (its server, cookies, its connection's framing) are the engine's own.""
 
 class _Addressed(msgspec.Struct):
     """What the gate checks of a generation request before vLLM sees it: one JSON object
-    naming a model (vLLM validates the rest, with the OpenAI error shape)."""
+    naming a model (vLLM validates the rest, with the OpenAI error shape), and none of
+    vLLM's fields that are the deployment's to set, not one request's (`ENGINE_ONLY`)."""
 
     model: str
+    priority: Any = None
+    chat_template: Any = None
+    request_id: Any = None
+    kv_transfer_params: Any = None
+    vllm_xargs: Any = None
+
+    def __post_init__(self) -> None:
+        given = [name for name in ENGINE_ONLY if getattr(self, name) not in (None, 0)]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: set by the deployment, not by a request (one tenant's "
+                "request would reach the engine's scheduling, templates or internals)"
+            )
+
+
+ENGINE_ONLY = ("priority", "chat_template", "request_id", "kv_transfer_params", "vllm_xargs")
+"""vLLM's request fields refused here: `priority` jumps the queue under priority scheduling,
+`chat_template` has the engine render a caller's Jinja, `request_id` names the engine's own
+bookkeeping, and the last two reach its disaggregated-serving and plugin internals."""
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,11 @@ async def test_adapters_load_from_the_store_only_and_with_the_admin_key(
         ("/v1/load_lora_adapter", b'{"lora_name": "x"}', "lora_path"),
         ("/v1/load_lora_adapter", b'{"lora_name": " ", "lora_path": "/x"}', "lora_name"),
         ("/v1/unload_lora_adapter", b"{}", "lora_name"),
+        # session 32's review: vLLM's own levers, the deployment's and not a request's
+        ("/v1/chat/completions", b'{"model": "m", "priority": -10}', "priority: set by the"),
+        ("/v1/chat/completions", b'{"model": "m", "chat_template": "{{ x }}"}', "chat_template"),
+        ("/v1/completions", b'{"model": "m", "request_id": "r1"}', "request_id"),
+        ("/v1/chat/completions", b'{"model": "m", "vllm_xargs": {"a": 1}}', "vllm_xargs"),
     ],
 )
 async def test_bodies_the_engine_could_not_mean_are_400s_here(
