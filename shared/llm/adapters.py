@@ -18,11 +18,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from shared.errors import PermanentError
-from shared.llm.client import LLMClient, LLMError
+from shared.llm.client import LLMClient, LLMError, LLMRequestError
 from shared.logging import get_logger
 from shared.store.models import Adapter
 
 log = get_logger(__name__)
+
+LOAD_WAIT_S = 60.0
+"""How long a request waits for another's load of the adapter it needs to land."""
 
 
 class Served:
@@ -69,13 +72,29 @@ class Served:
             return
         if artifact_uri:
             log.info("adapter not served; loading it", adapter=model, path=artifact_uri)
-            await self.client.load_adapter(model, artifact_uri)
+            try:
+                await self.client.load_adapter(model, artifact_uri)
+            except LLMRequestError as exc:
+                # another request (or router process) is loading it: the endpoint
+                # (serve-model, vLLM) refuses a name it holds with a 400; it is served once
+                # that load ends
+                if "already" not in str(exc).lower():
+                    raise
+                await self._until_served(model)
             if model in await self.names(fresh=True):
                 return
         raise PermanentError(
             f"the inference endpoint serves {await self.names()}, not {model!r}: "
             "load the adapter or fix the agent's model"
         )
+
+    async def _until_served(self, model: str, within_s: float = LOAD_WAIT_S) -> None:
+        """Wait (for `within_s` at most) until the endpoint lists `model`."""
+        deadline = time.monotonic() + within_s
+        pause = 0.1
+        while model not in await self.names(fresh=True) and time.monotonic() < deadline:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 async def artifact_of(session: AsyncSession, model: str) -> str | None:

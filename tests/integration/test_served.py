@@ -3,6 +3,8 @@ it is used; an unknown model is refused with what the endpoint serves."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -60,3 +62,40 @@ async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
             await ensure("ghost", None)
     await server.close()
     assert loads == [{"lora_name": "bot--alarms--v1", "lora_path": "/artifacts/alarms/v1"}]
+
+
+async def test_two_first_requests_for_an_adapter_both_find_it_served() -> None:
+    """Session 32's review: two requests that found an adapter unloaded both asked the
+    endpoint to load it; the second load was refused ("already loaded", as vLLM and
+    serve-model answer) and its request failed with a 502."""
+    served = ["smollm2"]
+    loading = asyncio.Event()
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": m} for m in served]})
+
+    pending: set[str] = set()
+
+    async def load(request: web.Request) -> web.Response:
+        body = await request.json()
+        name = body["lora_name"]
+        if name in served or name in pending:
+            raise web.HTTPBadRequest(text=f"adapter {name!r} is already loaded")
+        pending.add(name)
+        loading.set()
+        await asyncio.sleep(0.5)  # the second request is refused meanwhile
+        served.append(name)
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/load_lora_adapter", load)
+    server = TestServer(app)
+    await server.start_server()
+    async with LLMClient(f"http://127.0.0.1:{server.port}") as client:
+        one, two = Served(client, ttl_s=60), Served(client, ttl_s=60)  # two processes
+        first = asyncio.create_task(one.ensure("acme--new--v1", "/artifacts/new"))
+        await loading.wait()
+        await two.ensure("acme--new--v1", "/artifacts/new")  # the endpoint says "already"
+        await first
+    await server.close()
