@@ -749,6 +749,14 @@ class RouterApp:
                     return out
         except (UpstreamError, TimeoutError) as exc:  # before the reply began
             return self._unreachable(headers, exc)
+        if not streamed.whole:
+            # the endpoint said the reply broke off (an error event, or no [DONE]): the
+            # caller saw it fail, so the turn is not kept (it was, as a whole reply)
+            self._count(headers, "upstream_error")
+            log.warning("inference endpoint ended a stream without a whole reply")
+            with contextlib.suppress(ConnectionResetError):
+                await out.write_eof()
+            return out
         self._answered(
             turn,
             headers,
@@ -961,13 +969,21 @@ class _CallerStalled(Exception):
 
 async def _to_caller(request: web.Request, out: web.StreamResponse, chunk: bytes) -> None:
     """A piece of a stream written to the caller; a caller who does not take it within
-    `CALLER_WRITE_S` is cut off (`_CallerStalled`)."""
+    `CALLER_WRITE_S` is cut off (`_CallerStalled`). A write waits only when what the caller
+    has not read yet passes the socket's limit: below its low mark no timer is armed (one a
+    piece cost the relay as much again as the write)."""
+    transport = request.transport
+    if transport is not None and (
+        transport.get_write_buffer_size() + len(chunk) <= transport.get_write_buffer_limits()[0]
+    ):
+        await out.write(chunk)
+        return
     try:
         async with asyncio.timeout(CALLER_WRITE_S):
             await out.write(chunk)
     except TimeoutError:
-        if request.transport is not None:
-            request.transport.abort()
+        if transport is not None:
+            transport.abort()
         raise _CallerStalled from None
 
 
@@ -1001,6 +1017,16 @@ class _Streamed:
         self.content: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.tokens = 0
+        self.done = False
+        """`[DONE]` came: the endpoint ended the reply as a whole one."""
+        self.failed = False
+        """An error event came (OpenAI's, vLLM's and serve-model's way to end a stream
+        that broke after its 200)."""
+
+    @property
+    def whole(self) -> bool:
+        """Whether the stream carried a whole reply (only such a turn is recorded)."""
+        return self.done and not self.failed
 
     def fold(self, line: bytes) -> None:
         """Fold one SSE line in."""
@@ -1009,12 +1035,16 @@ class _Streamed:
             return
         data = text[5:].strip()
         if data == b"[DONE]":
+            self.done = True
             return
         try:
             chunk = msgspec.json.decode(data)
         except UNDECODABLE:
             return
         if not isinstance(chunk, dict):
+            return
+        if chunk.get("error") is not None:
+            self.failed = True
             return
         if "usage" in chunk:
             self.tokens = _completion_tokens(chunk["usage"]) or self.tokens

@@ -68,6 +68,8 @@ class Upstream:
         """Streams whose reader went away before the end."""
         self.message: Any = {"role": "assistant", "content": "Done."}
         """A whole reply's message."""
+        self.stream_fails = False
+        """Streams end with an error event after their pieces (no [DONE])."""
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -136,6 +138,11 @@ class Upstream:
             except (ConnectionResetError, asyncio.CancelledError):
                 self.streams_cut += 1  # (a test server cancels a handler whose caller left)
                 raise
+        if self.stream_fails:  # as serve-model and vLLM end a stream that broke after its 200
+            failed = {"error": {"message": "model was unloaded", "type": "not_found_error"}}
+            await out.write(f"data: {json.dumps(failed)}\n\n".encode())
+            await out.write_eof()
+            return out
         if usage:
             counted = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 0}
             counted["total_tokens"] = 5 + len(pieces)
@@ -1040,7 +1047,11 @@ async def test_a_caller_who_leaves_before_a_stream_begins_is_no_error(
         await upstream.chatting.wait()
         upstream.chatting.clear()
         writer.transport.abort()  # gone while the endpoint thinks
-    await asyncio.sleep(1.0)
+
+    async def all_cut() -> bool:  # the router reached each stream's start, and gave up
+        return upstream.streams_cut == 3
+
+    await eventually(all_cut, within=10)
     assert failures == []
 
 
@@ -1079,6 +1090,30 @@ async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
         await eventually(cut, within=20)  # 26 MB would take far longer than the wait
     finally:
         writer.close()
+
+
+async def test_a_stream_the_endpoint_ends_with_an_error_is_not_kept(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]], store: Store
+) -> None:
+    """Session 32's second review: a stream that ended with an error event (serve-model's
+    and vLLM's way, after its 200) was recorded as an answered turn, its reply cut short,
+    and its conversation moved on to a reply the caller saw fail."""
+    url, key, upstream, _ = router
+    upstream.stream_fails = True
+    body = {"model": "bot", "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as r:
+            assert r.status == 200
+            failed = r.headers["X-Retrace-Conversation"]
+            assert '"error"' in await r.text()
+        upstream.stream_fails = False
+        status, headers, _ = await _chat(http, url, key, {**body, "stream": False})
+        assert status == 200
+    await _recorded(store, headers["X-Retrace-Conversation"])  # written after the first
+    async with store.tenant("acme") as session:
+        assert await session.get(Conversation, uuid.UUID(failed)) is None
 
 
 async def _tenant_with_bot(store: Store, tenant: str) -> str:

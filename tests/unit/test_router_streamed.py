@@ -75,3 +75,21 @@ def test_a_whole_reply_s_usage_of_another_shape_counts_nothing() -> None:
         0,
         0,
     ]
+
+
+def test_only_a_stream_ended_by_done_without_an_error_is_whole() -> None:
+    """Session 32's second review: a stream the endpoint ended with an error event was
+    recorded as a whole reply."""
+    piece = line({"choices": [{"index": 0, "delta": {"content": "Par"}}]})
+    failed = line({"error": {"message": "model was unloaded", "type": "not_found_error"}})
+    for lines, whole in (
+        ([piece, b"data: [DONE]"], True),
+        ([piece], False),  # broken off: no [DONE]
+        ([piece, failed], False),
+        ([piece, failed, b"data: [DONE]"], False),
+        ([piece, line({"error": None}), b"data: [DONE]"], True),
+    ):
+        streamed = _Streamed()
+        for raw in lines:
+            streamed.fold(raw)
+        assert streamed.whole is whole, lines
