@@ -28,26 +28,6 @@ MAX_N = 16
 """Choices one chat request may ask for (serve-model's and the router's limit)."""
 
 
-MAX_TOOL_DEPTH = 64
-"""Levels a tool's definition may nest: a chat template renders it recursively, and one
-nested 500 deep took the model server's template past Python's recursion limit (a 500)."""
-
-
-def _deeper_than(value: Any, depth: int) -> bool:
-    """Whether `value` nests objects and arrays more than `depth` levels deep."""
-    level: list[Any] = [value]
-    for _ in range(depth):
-        level = [
-            child
-            for v in level
-            for child in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
-            if isinstance(child, dict | list)
-        ]
-        if not level:
-            return False
-    return True
-
-
 class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
     """POST /v1/chat/completions body."""
 
@@ -101,8 +81,6 @@ class ChatRequest(msgspec.Struct, kw_only=True, frozen=True):
                 raise ValueError(f"tools[{i}].function.description must be text")
             if not isinstance(function.get("parameters", {}), dict | None):
                 raise ValueError(f"tools[{i}].function.parameters must be a JSON Schema object")
-            if _deeper_than(tool, MAX_TOOL_DEPTH):
-                raise ValueError(f"tools[{i}] is nested deeper than {MAX_TOOL_DEPTH} levels")
         choice = self.tool_choice
         if isinstance(choice, str) and choice not in ("auto", "none", "required"):
             raise ValueError(

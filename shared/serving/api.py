@@ -9,7 +9,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -189,6 +189,9 @@ class ModelServer:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req = await self._decode(request, ChatRequest)
         _applied(await self._decode(request, Unapplied))
+        for i, tool in enumerate(req.tools or ()):
+            if _deeper_than(tool, MAX_TOOL_DEPTH):
+                raise ApiError(400, f"tools[{i}] is nested deeper than {MAX_TOOL_DEPTH} levels")
         if req.stream and (req.logprobs or req.top_logprobs):
             raise ApiError(400, "serve-model does not stream logprobs: ask without stream")
         adapter = self._adapter_for(req.model)
@@ -487,18 +490,35 @@ class ModelServer:
             raise ApiError(403, exc.message, "permission_error") from exc
         if not (path / "adapter_config.json").exists():
             raise ApiError(400, f"no PEFT adapter at {path} (adapter_config.json missing)")
-        async with self._changing:  # one load or unload at a time: each checks, then acts
-            if req.lora_name in self.engine.adapters:
-                raise ApiError(400, f"adapter {req.lora_name!r} is already loaded")
-            try:
-                await self.engine.run_on_engine(lambda: self._load(req.lora_name, str(path)))
-            except Exception as exc:  # any reason its files do not load: the admin's 400
-                log.warning("adapter not loaded", name=req.lora_name, error=repr(exc)[:2000])
-                raise ApiError(
-                    400, f"cannot load adapter {req.lora_name!r}: {str(exc)[:500]}"
-                ) from exc
+        await self._changed(self._loaded(req.lora_name, path))
         log.info("adapter loaded", name=req.lora_name, path=str(path))
         return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    async def _changed(self, change: Coroutine[Any, Any, None]) -> None:
+        """Run a load or unload to its end whatever happens to the request that asked (the
+        server cancels a request whose caller left: the lock was given back while the
+        engine still changed the adapters, and a second change of the name got past its
+        check)."""
+        task = asyncio.ensure_future(change)
+        # its outcome, where nobody waits for it any more, is taken (and logged, above)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.shield(task)
+
+    async def _loaded(self, name: str, path: Path) -> None:
+        async with self._changing:  # one load or unload at a time: each checks, then acts
+            if name in self.engine.adapters:
+                raise ApiError(400, f"adapter {name!r} is already loaded")
+            try:
+                await self.engine.run_on_engine(lambda: self._load(name, str(path)))
+            except Exception as exc:  # any reason its files do not load: the admin's 400
+                log.warning("adapter not loaded", name=name, error=repr(exc)[:2000])
+                raise ApiError(400, f"cannot load adapter {name!r}: {str(exc)[:500]}") from exc
+
+    async def _unloaded(self, name: str) -> None:
+        async with self._changing:
+            if name not in self.engine.adapters:
+                raise ApiError(404, f"adapter {name!r} is not loaded", "not_found_error")
+            await self.engine.run_on_engine(lambda: self._unload(name))
 
     def _load(self, name: str, path: str) -> None:
         """Load an adapter; one that fails to load leaves the model as it was. (PEFT puts
@@ -530,10 +550,7 @@ class ModelServer:
 
     async def unload_adapter(self, request: web.Request) -> web.Response:
         req = await self._decode(request, UnloadAdapterRequest)
-        async with self._changing:
-            if req.lora_name not in self.engine.adapters:
-                raise ApiError(404, f"adapter {req.lora_name!r} is not loaded", "not_found_error")
-            await self.engine.run_on_engine(lambda: self._unload(req.lora_name))
+        await self._changed(self._unloaded(req.lora_name))
         log.info("adapter unloaded", name=req.lora_name)
         return web.Response(text=f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
@@ -680,6 +697,28 @@ def _message(
         tool_call_format=parsed.form,
     )
     return message, "tool_calls" if calls else None
+
+
+MAX_TOOL_DEPTH = 64
+"""Levels a tool's definition may nest: a chat template renders it recursively, and one
+nested 500 deep took the template past Python's recursion limit (a 500). Checked here, not
+where every chat request is read (the router: three times the cost of reading the request
+with two dozen tools)."""
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether `value` nests objects and arrays more than `depth` levels deep."""
+    level: list[Any] = [value]
+    for _ in range(depth):
+        level = [
+            child
+            for v in level
+            for child in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return False
+    return True
 
 
 class Unapplied(msgspec.Struct, kw_only=True, frozen=True):
