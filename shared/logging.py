@@ -84,7 +84,7 @@ class _NotHTTP(logging.Filter):
 
 _CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s@]+@")
 """`scheme://user:password@`: the password part of a URL's credentials."""
-_BEARER = re.compile(r"(?P<scheme>\b[Bb]earer\s+)[^\s'\",;\\]+")
+_BEARER = re.compile(r"(?P<scheme>\bbearer\s+)[^\s'\",;\\]+", re.IGNORECASE)
 """`Bearer <token>`: a key as an `Authorization` header carries it."""
 _KEY = re.compile(r"(?P<tenant>\brt_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_)[A-Za-z0-9_-]{32}")
 """A tenant's API key (`shared.store.tenants.KEY_RE`): its tenant is kept, its secret not."""
@@ -95,7 +95,7 @@ def redact(text: str) -> str:
     secret in it replaced by `***`."""
     if "@" in text:
         text = _CREDENTIALS.sub(r"\g<scheme>***@", text)
-    if "earer" in text:
+    if "bearer" in text.lower():
         text = _BEARER.sub(r"\g<scheme>***", text)
     if "rt_" in text:
         text = _KEY.sub(r"\g<tenant>***", text)

@@ -9,8 +9,8 @@ restart or while the change feed reconnected, every key with `cache_s` 0) got a 
 Now a key whose hash is here is looked up whatever the bucket holds. The index only decides
 which bucket a lookup comes out of: the lookup itself reads the store, so a key revoked
 since the index was read is still refused, and a key issued since is looked up from the
-bucket until the next refresh (every `refresh_s`: a count and the newest key's time are
-read, and the hashes only when those moved).
+bucket until the next refresh (every `refresh_s`: the keys' counts and the newest key's
+time are read, and the hashes only when those moved).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from shared.store.models import ApiKey
 log = get_logger(__name__)
 
 LIVE = ApiKey.revoked_at.is_(None)
-SHAPE = select(func.count(), func.max(ApiKey.created_at)).where(LIVE)
+SHAPE = select(func.count(), func.count().filter(LIVE), func.max(ApiKey.created_at))
+"""Every key's count (moved by any key issued or deleted), the live ones' (by a revocation),
+the newest's time: the hashes are read again only when one of them moved."""
 HASHES = select(ApiKey.key_hash).where(LIVE)
 
 
@@ -40,8 +42,8 @@ class KeyIndex:
         self._hashes: frozenset[str] = frozenset()
         self._found: set[str] = set()
         """Live keys a lookup found since the hashes were read."""
-        self._shape: tuple[int, datetime | None] | None = None
-        """The count and newest time of the live keys when the hashes were read."""
+        self._shape: tuple[int, int, datetime | None] | None = None
+        """`SHAPE` when the hashes were read."""
         self._task: asyncio.Task[None] | None = None
 
     def __contains__(self, hashed: str) -> bool:
@@ -58,8 +60,8 @@ class KeyIndex:
     async def refresh(self) -> None:
         """Read the hashes again where the live keys' count or newest time moved."""
         async with self.store.engine.connect() as conn:
-            count, newest = (await conn.execute(SHAPE)).one()
-            shape = (count, newest)
+            every, live, newest = (await conn.execute(SHAPE)).one()
+            shape = (every, live, newest)
             if shape == self._shape:
                 return
             found_before = set(self._found)  # what is found while the hashes are read stays
@@ -83,4 +85,6 @@ class KeyIndex:
                 await self.refresh()
             except STORE_ERRORS as exc:  # the store out of reach: the index waits
                 log.warning("live API keys not read; tried again", error=repr(exc))
+            except Exception:  # anything else: said, and tried again (the task must not end)
+                log.exception("live API keys not read; tried again")
             await asyncio.sleep(self.refresh_s)

