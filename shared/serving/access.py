@@ -137,7 +137,7 @@ def weaknesses(access: ModelAccess) -> list[str]:
     ]
     if short:
         said.append(
-            f"{' and '.join(short)} shorter than {MIN_KEY_LENGTH} characters: easily guessed "
+            f"{' and '.join(short)} of fewer than {MIN_KEY_LENGTH} characters: easily guessed "
             "(`retrace up` generates long ones)"
         )
     if access.admin_keys.accepted() & access.api_keys.accepted():

@@ -223,8 +223,8 @@ async def test_without_a_key_file_nothing_watches_and_sighup_is_not_taken() -> N
         (OLD, ADMIN, ["x"], []),
         (OLD, ADMIN, None, ["any path"]),
         # session 32's review: weak keys were taken without a word
-        ("short", ADMIN, ["x"], ["api key shorter than 16"]),
-        (OLD, "EMPTY", ["x"], ["admin key shorter than 16"]),
+        ("short", ADMIN, ["x"], ["api key of fewer than 16"]),
+        (OLD, "EMPTY", ["x"], ["admin key of fewer than 16"]),
         (OLD, OLD, ["x"], ["also a service key"]),
     ],
 )
