@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from aiohttp.typedefs import Handler
 
 from shared.errors import PermanentError
 from shared.llm.adapters import Served, artifact_of
@@ -18,12 +19,23 @@ from shared.store.models import Adapter
 from shared.store.tenants import create_tenant
 
 
-async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
-    served = ["smollm2"]
-    loads: list[dict[str, str]] = []
+async def _endpoint(served: list[str], load: Handler) -> TestServer:
+    """An inference endpoint that lists `served` and loads adapters with `load`."""
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": m} for m in served]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/load_lora_adapter", load)
+    server = TestServer(app)
+    await server.start_server()
+    return server
+
+
+async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
+    served = ["smollm2"]
+    loads: list[dict[str, str]] = []
 
     async def load(request: web.Request) -> web.Response:
         body = await request.json()
@@ -31,11 +43,7 @@ async def test_a_forgotten_adapter_is_loaded_again(store: Store) -> None:
         served.append(body["lora_name"])
         return web.Response(text="ok")
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/load_lora_adapter", load)
-    server = TestServer(app)
-    await server.start_server()
+    server = await _endpoint(served, load)
     async with store.cross_tenant() as session:
         await create_tenant(session, "acme")
     async with store.tenant("acme") as session:
@@ -71,9 +79,6 @@ async def test_two_first_requests_for_an_adapter_both_find_it_served() -> None:
     served = ["smollm2"]
     loading = asyncio.Event()
 
-    async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m} for m in served]})
-
     pending: set[str] = set()
 
     async def load(request: web.Request) -> web.Response:
@@ -87,11 +92,7 @@ async def test_two_first_requests_for_an_adapter_both_find_it_served() -> None:
         served.append(name)
         return web.Response(text="ok")
 
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/load_lora_adapter", load)
-    server = TestServer(app)
-    await server.start_server()
+    server = await _endpoint(served, load)
     async with LLMClient(f"http://127.0.0.1:{server.port}") as client:
         one, two = Served(client, ttl_s=60), Served(client, ttl_s=60)  # two processes
         first = asyncio.create_task(one.ensure("acme--new--v1", "/artifacts/new"))
