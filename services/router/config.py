@@ -96,8 +96,8 @@ class RouterConfig(ServiceConfig, kw_only=True, frozen=True):
     key_lookup_burst: Annotated[int, msgspec.Meta(ge=1)] = 1000
     """Such lookups at once: a restarted router meets every key in use anew."""
     key_index_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
-    """How often the hashes of the live keys are read again (only when their count or the
-    newest one moved); a key among them is looked up without spending `key_lookups_per_s`,
+    """How often the hashes of the live keys are read again (only when a key was issued,
+    revoked or deleted since); a key among them is looked up without spending `key_lookups_per_s`,
     so made-up keys cannot spend it for real ones (a key issued since is looked up from it
     until then). 0: no index, every lookup spends it."""
     unrecorded_limit: Annotated[int, msgspec.Meta(ge=0)] = 10_000

@@ -58,7 +58,7 @@ class KeyIndex:
             self._found.add(hashed)
 
     async def refresh(self) -> None:
-        """Read the hashes again where the live keys' count or newest time moved."""
+        """Read the hashes again where `SHAPE` moved (a key issued, revoked or deleted)."""
         async with self.store.engine.connect() as conn:
             every, live, newest = (await conn.execute(SHAPE)).one()
             shape = (every, live, newest)
