@@ -36,6 +36,8 @@ class PromptBuilder:
             m.setdefault("content", "")
             if m["content"] is None:
                 m["content"] = ""
+            if m.get("role") == "assistant":
+                _arguments_as_objects(m)
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,
@@ -53,6 +55,24 @@ class PromptBuilder:
         forced = _forced_prefix(req.tool_choice) if tools else ""
         ids = list(self.tokenizer(text + forced, add_special_tokens=False)["input_ids"])
         return ids, forced
+
+
+def _arguments_as_objects(message: dict[str, Any]) -> None:
+    """A past call's arguments as the object their JSON text holds, as vLLM hands them to a
+    template: Qwen's (like most tool-aware templates) writes `arguments | tojson`, which
+    would quote the text a second time and show the model its own calls in a form it never
+    writes. Arguments that are empty, not JSON, or JSON but not an object become `{}`, as
+    vLLM (0.32) makes them, so a prompt is the same token for token under either server
+    (what GRPO trains on is what the served adapter will be shown)."""
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or isinstance(function.get("arguments"), dict):
+            continue
+        try:
+            value = json.loads(function.get("arguments") or "{}")
+        except (TypeError, ValueError, RecursionError):
+            value = None
+        function["arguments"] = value if isinstance(value, dict) else {}
 
 
 class Unrenderable(ValueError):

@@ -19,11 +19,17 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
+import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+import shared.llm
+from shared.llm.openai_types import ChatRequest
 from shared.serving.gate import ModelGate
+from shared.serving.prompts import PromptBuilder
 from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
+from tests.support.histories import after_a_call
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -32,6 +38,8 @@ VLLM_PYTHON = os.environ.get("RETRACE_VLLM_PYTHON") or str(
 )
 """vLLM's Python: `RETRACE_VLLM_PYTHON`, else the README's test command's `.venv-vllm`."""
 ADAPTER = "acme/bot--alarms--v1--0001"
+TEMPLATE = Path(shared.llm.__file__).parent / "templates" / "tool_chatml.jinja"
+"""Ours, as docs/serving.md has vLLM serve a model whose own template knows no tools."""
 
 
 def _tiny(directory: Path, store: Path) -> None:
@@ -78,7 +86,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
             "--model", str(model), "--served-model-name", "tiny", "--dtype", "float32",
             "--enable-lora", "--max-lora-rank", "8", "--max-loras", "2",
             "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port),
-            "--api-key", ENGINE_KEY,
+            "--api-key", ENGINE_KEY, "--chat-template", str(TEMPLATE),
         ],
         env={
             **os.environ,
@@ -174,3 +182,28 @@ async def test_vllm_behind_the_gate(gate: TestClient, vllm: tuple[str, Path]) ->
     assert unloaded.status == 200, await unloaded.text()
     missing = await gate.post("/v1/chat/completions", json=chat(ADAPTER), headers=SERVICE)
     assert missing.status == 404  # vLLM's own 4xx, passed on
+
+
+@pytest.mark.parametrize("arguments", ['{"room": 12, "note": "late é"}', "", "{room: 12", "[1]"])
+async def test_a_history_with_calls_is_the_same_prompt_on_vllm_and_serve_model(
+    vllm: tuple[str, Path], arguments: str
+) -> None:
+    # what GRPO trains on (serve-model's rendering) must be what vLLM shows the served adapter;
+    # vLLM hands a template the calls' arguments as objects, which our template once could
+    # not take (it joined them as text) and Qwen's quoted twice when given text
+    from tests.support.tiny_model import smollm2_tokenizer
+
+    url, _ = vllm
+    history = after_a_call(arguments)
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(
+            url.removesuffix("/v1") + "/tokenize",
+            json={"model": "tiny", **history, "add_generation_prompt": True},
+            headers={"Authorization": f"Bearer {ENGINE_KEY}"},
+        )
+        assert resp.status == 200, await resp.text()
+        on_vllm = (await resp.json())["tokens"]
+    ours, _ = PromptBuilder(smollm2_tokenizer()).build(
+        msgspec.convert({"model": "tiny", **history}, ChatRequest)
+    )
+    assert on_vllm == ours
