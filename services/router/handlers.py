@@ -53,7 +53,7 @@ from shared.routing.modes import (
     embedding_routing,
 )
 from shared.routing.profiles import first_user_text, profiles
-from shared.runtime.deadlines import read_body
+from shared.runtime.deadlines import WRITE_TIMEOUT_S, CallerStalled, read_body, write_within
 from shared.runtime.service import Service
 from shared.store import quotas
 from shared.store.agents import AgentNotFoundError, get_agent
@@ -718,12 +718,12 @@ class RouterApp:
                 try:
                     await out.prepare(request)
                     async for chunk in upstream.chunks():
-                        await _to_caller(request, out, chunk)
+                        await write_within(request, out, chunk, CALLER_WRITE_S)
                         *lines, partial = (partial + chunk).split(b"\n")
                         for line in lines:
                             streamed.fold(line)
                     streamed.fold(partial)
-                except (ConnectionResetError, _CallerStalled):
+                except (ConnectionResetError, CallerStalled):
                     # the caller left (or stopped reading): the endpoint's stream is closed
                     # (it stops generating), and a turn whose reply nobody saw whole is not
                     # recorded
@@ -958,33 +958,9 @@ def _completion_tokens(usage: Any) -> int:
     return 0
 
 
-CALLER_WRITE_S = 30.0
+CALLER_WRITE_S = WRITE_TIMEOUT_S
 """How long a stream's write may wait for its caller to read: a caller who stopped reading
 held its connection to the model server (and its tenant's place) for ever."""
-
-
-class _CallerStalled(Exception):
-    """The caller read nothing of a stream for `CALLER_WRITE_S`."""
-
-
-async def _to_caller(request: web.Request, out: web.StreamResponse, chunk: bytes) -> None:
-    """A piece of a stream written to the caller; a caller who does not take it within
-    `CALLER_WRITE_S` is cut off (`_CallerStalled`). A write waits only when what the caller
-    has not read yet passes the socket's limit: below its low mark no timer is armed (one a
-    piece cost the relay as much again as the write)."""
-    transport = request.transport
-    if transport is not None and (
-        transport.get_write_buffer_size() + len(chunk) <= transport.get_write_buffer_limits()[0]
-    ):
-        await out.write(chunk)
-        return
-    try:
-        async with asyncio.timeout(CALLER_WRITE_S):
-            await out.write(chunk)
-    except TimeoutError:
-        if transport is not None:
-            transport.abort()
-        raise _CallerStalled from None
 
 
 def _assistant(reply: Any) -> dict[str, Any]:

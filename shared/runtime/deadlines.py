@@ -3,7 +3,9 @@ between requests, or its headers still arriving) is closed after the idle timeou
 keep-alive timer, which starts when the connection opens); a request's body must arrive
 within the body timeout (408 after). Without them, clients that open connections and send
 nothing, or a byte at a time, hold the server's sockets and handlers for as long as they
-like (issue 14: 200 half-open connections held the model server past 60 s)."""
+like (issue 14: 200 half-open connections held the model server past 60 s). And a stream's
+piece must be taken by its caller within a write timeout (`write_within`): one who stopped
+reading held its stream, and what stood behind it, for ever."""
 
 from __future__ import annotations
 
@@ -21,6 +23,13 @@ client closes an idle connection before the server does and never sends a reques
 the server is closing."""
 BODY_TIMEOUT_S = 30.0
 """Default: a 4 MiB body at about 140 KB/s, the slowest client still served."""
+WRITE_TIMEOUT_S = 30.0
+"""Default: how long a stream's write waits for its caller to read."""
+
+
+class CallerStalled(Exception):
+    """The caller took nothing of a stream within the write timeout (its connection is
+    aborted)."""
 
 
 async def read_body(request: web.Request, seconds: float) -> bytes:
@@ -51,3 +60,25 @@ def body_deadline(seconds: float) -> Middleware:
         return await handler(request)
 
     return deadline
+
+
+async def write_within(
+    request: web.Request, out: web.StreamResponse, chunk: bytes, seconds: float
+) -> None:
+    """A piece of a stream written to the caller; a caller who does not take it within
+    `seconds` is cut off (`CallerStalled`, the connection aborted). A write waits only when
+    what the caller has not read yet passes the socket's limit: below its low mark no timer
+    is armed (one a piece cost the router's relay as much again as the write)."""
+    transport = request.transport
+    if transport is not None and (
+        transport.get_write_buffer_size() + len(chunk) <= transport.get_write_buffer_limits()[0]
+    ):
+        await out.write(chunk)
+        return
+    try:
+        async with asyncio.timeout(seconds):
+            await out.write(chunk)
+    except TimeoutError:
+        if transport is not None:
+            transport.abort()
+        raise CallerStalled from None

@@ -51,7 +51,13 @@ from shared.llm.openai_types import (
 )
 from shared.llm.tool_format import offered_tools, parse_reply
 from shared.logging import get_logger
-from shared.runtime.deadlines import BODY_TIMEOUT_S, read_body
+from shared.runtime.deadlines import (
+    BODY_TIMEOUT_S,
+    WRITE_TIMEOUT_S,
+    CallerStalled,
+    read_body,
+    write_within,
+)
 from shared.serving.access import ModelAccess, OutsideStore
 from shared.serving.constrain import Grammar, for_request
 from shared.serving.engine import AdapterUnloaded, Delta, Engine, Output
@@ -226,7 +232,7 @@ class ModelServer:
         return web.Response(body=msgspec.json.encode(response), content_type="application/json")
 
     async def _broken_off(
-        self, response: web.StreamResponse, model: str, exc: Exception
+        self, http: web.Request, response: web.StreamResponse, model: str, exc: Exception
     ) -> web.StreamResponse:
         """A stream whose generation failed after its 200 went out ends with an error
         event, OpenAI's way (an error response then was written into the stream raw)."""
@@ -237,9 +243,9 @@ class ModelServer:
             message = "internal error (logged by the model server)"
             body = ErrorBody(message=message, type="server_error", code=500)
         self._count(model, "failed")
-        with contextlib.suppress(ConnectionResetError):
+        with contextlib.suppress(ConnectionResetError, CallerStalled):
             failed = msgspec.json.encode(ErrorResponse(error=body))
-            await response.write(b"data: " + failed + b"\n\n")
+            await write_within(http, response, b"data: " + failed + b"\n\n", CALLER_WRITE_S)
             await response.write_eof()
         return response
 
@@ -348,42 +354,59 @@ class ModelServer:
         job = asyncio.ensure_future(
             self.engine.generate(prompt_ids, params, adapter=adapter, n=req.n, on_delta=on_delta)
         )
+
+        async def write(piece: bytes) -> None:
+            await write_within(http, response, piece, CALLER_WRITE_S)
+
         try:
             while not job.done() or chunks:
                 while chunks:
-                    await response.write(chunks.pop(0))
+                    await write(chunks.pop(0))
                 if not job.done():
                     await asyncio.wait([job], timeout=0.02)
-        except ConnectionResetError:
-            log.debug("caller left a stream", model=req.model)
-            self._count(req.model, "caller_left")
-            return response
+        except (ConnectionResetError, CallerStalled) as exc:
+            return self._left(response, req.model, exc)
         finally:
             job.cancel()  # done already, or its caller gone: the engine drops its rows
         try:
             outputs = job.result()
         except Exception as exc:  # noqa: BLE001  the status went out: an error event ends it
-            return await self._broken_off(response, req.model, exc)
-        for i, out in enumerate(outputs):
-            message, finish = _message(prefix + out.text, tools, req.parallel_tool_calls is False)
-            delta: dict[str, Any] = {}
-            if tools:
-                delta = msgspec.to_builtins(message)
-                delta.pop("role", None)
-                for number, call in enumerate(delta.get("tool_calls") or []):
-                    call["index"] = number  # a streamed call is addressed by its index
-            reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
-            await response.write(chunk(i, delta, reason))
-        if usage:
-            completion = sum(len(o.token_ids) for o in outputs)
-            counted = Usage(
-                prompt_tokens=len(prompt_ids),
-                completion_tokens=completion,
-                total_tokens=len(prompt_ids) + completion,
-            )
-            await response.write(event([], usage=msgspec.to_builtins(counted)))
-        await response.write(b"data: [DONE]\n\n")
+            return await self._broken_off(http, response, req.model, exc)
+        try:
+            for i, out in enumerate(outputs):
+                message, finish = _message(
+                    prefix + out.text, tools, req.parallel_tool_calls is False
+                )
+                delta: dict[str, Any] = {}
+                if tools:
+                    delta = msgspec.to_builtins(message)
+                    delta.pop("role", None)
+                    for number, call in enumerate(delta.get("tool_calls") or []):
+                        call["index"] = number  # a streamed call is addressed by its index
+                reason = "tool_calls" if finish == "tool_calls" else out.finish_reason
+                await write(chunk(i, delta, reason))
+            if usage:
+                completion = sum(len(o.token_ids) for o in outputs)
+                counted = Usage(
+                    prompt_tokens=len(prompt_ids),
+                    completion_tokens=completion,
+                    total_tokens=len(prompt_ids) + completion,
+                )
+                await write(event([], usage=msgspec.to_builtins(counted)))
+            await write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, CallerStalled) as exc:
+            return self._left(response, req.model, exc)
         self._count(req.model, "ok")
+        return response
+
+    def _left(self, response: web.StreamResponse, model: str, why: Exception) -> web.StreamResponse:
+        """A stream whose caller hung up, or read nothing for `CALLER_WRITE_S` (its
+        connection aborted): counted, and its generation already cancelled."""
+        stalled = isinstance(why, CallerStalled)
+        log.debug(
+            "caller stopped reading a stream" if stalled else "caller left a stream", model=model
+        )
+        self._count(model, "caller_stalled" if stalled else "caller_left")
         return response
 
     # -- completions ----------------------------------------------------------------------------
@@ -699,6 +722,9 @@ def _message(
     return message, "tool_calls" if calls else None
 
 
+CALLER_WRITE_S = WRITE_TIMEOUT_S
+"""How long a stream's write waits for its caller to read: a caller who stopped reading held
+its handler, and every token its rows went on generating, for ever."""
 MAX_TOOL_DEPTH = 64
 """Levels a tool's definition may nest: a chat template renders it recursively, and one
 nested 500 deep took the template past Python's recursion limit (a 500). Checked here, not
