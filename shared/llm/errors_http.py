@@ -82,7 +82,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             raise
         if exc.content_type == "application/json":
             raise  # already JSON (a handler's own)
-        return openai_error(exc.status, exc.reason if not exc.text else _text(exc))
+        allow = exc.headers.get("Allow")  # a 405 names the methods it takes (RFC 9110)
+        return openai_error(
+            exc.status,
+            exc.reason if not exc.text else _text(exc),
+            headers={"Allow": allow} if allow is not None else None,
+        )
     except Exception:
         log.exception("request failed", path=request.path)
         return openai_error(500, "internal error (see the service's log)", "server_error")

@@ -36,7 +36,14 @@ from shared.llm.openai_types import (
     UnloadAdapterRequest,
 )
 from shared.logging import get_logger, redact
-from shared.runtime.deadlines import BODY_TIMEOUT_S, IDLE_TIMEOUT_S, read_body
+from shared.runtime.deadlines import (
+    BODY_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    WRITE_TIMEOUT_S,
+    CallerStalled,
+    read_body,
+    write_within,
+)
 from shared.runtime.http import listen
 from shared.serving.access import Handler, ModelAccess, OutsideStore, weaknesses
 from shared.serving.openapi import GateHealth, model_gate_openapi
@@ -48,6 +55,9 @@ MAX_BODY_BYTES = 4 << 20
 """As `retrace serve-model`'s: more text than any context window served holds."""
 SHUTDOWN_GRACE_S = 60.0
 """At SIGTERM, requests in flight (a long generation) get this long to finish."""
+CALLER_WRITE_S = WRITE_TIMEOUT_S
+"""How long a stream's write waits for its caller to read (then the caller is cut off and the
+engine's request closed): one who stopped reading held both for ever."""
 PASSED_HEADERS = frozenset({"content-type", "cache-control", "x-request-id"})
 """The headers of the engine's reply that reach the caller: what says how to read the body.
 The rest (its server, cookies, its connection's framing) are the engine's own."""
@@ -63,10 +73,16 @@ class _Addressed(msgspec.Struct):
     chat_template: Any = None
     request_id: Any = None
     kv_transfer_params: Any = None
+    ec_transfer_params: Any = None
     vllm_xargs: Any = None
+    chat_template_kwargs: Any = None
 
     def __post_init__(self) -> None:
         given = [name for name in ENGINE_ONLY if getattr(self, name) not in (None, 0)]
+        kwargs = self.chat_template_kwargs
+        if isinstance(kwargs, dict) and "chat_template" in kwargs:
+            # vLLM reads a template from here too (with --trust-request-chat-template)
+            given.append("chat_template_kwargs.chat_template")
         if given:
             raise ValueError(
                 f"{', '.join(given)}: set by the deployment, not by a request (one tenant's "
@@ -74,10 +90,18 @@ class _Addressed(msgspec.Struct):
             )
 
 
-ENGINE_ONLY = ("priority", "chat_template", "request_id", "kv_transfer_params", "vllm_xargs")
+ENGINE_ONLY = (
+    "priority",
+    "chat_template",
+    "request_id",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "vllm_xargs",
+)
 """vLLM's request fields refused here: `priority` jumps the queue under priority scheduling,
-`chat_template` has the engine render a caller's Jinja, `request_id` names the engine's own
-bookkeeping, and the last two reach its disaggregated-serving and plugin internals."""
+`chat_template` (or one inside `chat_template_kwargs`) has the engine render a caller's
+Jinja, `request_id` names the engine's own bookkeeping, and the last three reach its
+disaggregated-serving (key/value and encoder caches) and plugin internals."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +205,13 @@ class ModelGate:
             response = await handler(request)
         except web.HTTPException as exc:
             self.requests.labels(route, str(exc.status)).inc()
+            raise
+        except asyncio.CancelledError:
+            # the caller hung up (its handler cancelled): nginx's 499, "client closed"
+            self.requests.labels(route, "499").inc()
+            raise
+        except Exception:
+            self.requests.labels(route, "500").inc()  # `json_errors`, outside, answers it
             raise
         self.requests.labels(route, str(response.status)).inc()
         return response
@@ -291,13 +322,18 @@ class ModelGate:
         await response.prepare(request)
         try:
             async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+                await write_within(request, response, chunk, CALLER_WRITE_S)
             await response.write_eof()
-        except ConnectionResetError:
-            # the caller left (writing to it raised aiohttp's ClientConnectionResetError, one
-            # of these): leaving closes the engine's connection, which stops its generation
+        except (ConnectionResetError, CallerStalled, asyncio.CancelledError) as exc:
+            # the caller left (its handler cancelled, or writing to it raised aiohttp's
+            # ClientConnectionResetError) or stopped reading: leaving closes the engine's
+            # connection, which stops its generation
             self.abandoned.inc()
-            log.debug("caller left a stream", path=request.path)
+            log.debug(
+                "caller left a stream", path=request.path, stalled=isinstance(exc, CallerStalled)
+            )
+            if isinstance(exc, asyncio.CancelledError):
+                raise
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
             self.upstream_failures.labels("broken").inc()
             log.warning("model engine broke off a stream", path=request.path, error=repr(exc))
@@ -308,9 +344,10 @@ class ModelGate:
                     code=502,
                 )
             )
-            with contextlib.suppress(ConnectionResetError):
+            with contextlib.suppress(ConnectionResetError, CallerStalled):
                 # after a blank line: the engine may have broken off inside an event
-                await response.write(b"\n\ndata: " + msgspec.json.encode(failed) + b"\n\n")
+                event = b"\n\ndata: " + msgspec.json.encode(failed) + b"\n\n"
+                await write_within(request, response, event, CALLER_WRITE_S)
                 await response.write_eof()
         return response
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import generate_latest
 
 from shared.serving.gate import ModelGate
 from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
@@ -56,6 +57,8 @@ class Engine:
             return web.Response(status=500, text="Traceback: KeyError('secret user words')")
         if data["model"] == "slow":
             return await self.slow(request, bool(data.get("stream")))
+        if data["model"] == "flood":
+            return await self.flood(request)
         if data["model"] == "missing":
             return web.json_response(
                 {"error": {"message": "The model `missing` does not exist.", "code": 404}},
@@ -79,6 +82,20 @@ class Engine:
         reply.headers["X-Engine-Internal"] = "yes"
         return reply
 
+    async def flood(self, request: web.Request) -> web.StreamResponse:
+        """A stream of 400 MB, as fast as it is read; `stopped` is set if its reader leaves."""
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        event = b'data: {"delta": "' + b"x" * 4000 + b'"}\n\n'
+        try:
+            await out.prepare(request)
+            for _ in range(100_000):
+                await out.write(event)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.stopped.set()
+            raise
+        await out.write_eof()
+        return out
+
     async def slow(self, request: web.Request, stream: bool) -> web.StreamResponse:
         """A reply that takes 10 s, token by token; `stopped` is set if its reader leaves."""
         out = web.StreamResponse(
@@ -101,6 +118,7 @@ def store(tmp_path: Path) -> Path:
     (tmp_path / "store" / "acme" / "a1").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
     (tmp_path / "store" / "escape").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (tmp_path / "store" / "loop").symlink_to(tmp_path / "store" / "loop")
     return tmp_path / "store"
 
 
@@ -203,6 +221,9 @@ async def test_adapters_load_from_the_store_only_and_with_the_admin_key(
         str(store / ".." / "outside"),
         "acme/a1",  # relative: resolved against the gate's directory, not the store
         str(store / "acme" / "a1") + "\x00",  # a NUL byte: Path.resolve raised, a 500
+        str(store),  # the store itself is no adapter: it was walked whole, then forwarded
+        str(store / "loop"),  # session 33's review: a link loop was a 500 (a RuntimeError)
+        str(store / "loop" / "x"),
     ):
         resp = await client.post(
             "/v1/load_lora_adapter", json={**load, "lora_path": path}, headers=ADMIN
@@ -249,6 +270,14 @@ async def test_adapters_load_from_the_store_only_and_with_the_admin_key(
         ("/v1/chat/completions", b'{"model": "m", "chat_template": "{{ x }}"}', "chat_template"),
         ("/v1/completions", b'{"model": "m", "request_id": "r1"}', "request_id"),
         ("/v1/chat/completions", b'{"model": "m", "vllm_xargs": {"a": 1}}', "vllm_xargs"),
+        # session 33's review: the encoder cache's counterpart of kv_transfer_params, and a
+        # template inside chat_template_kwargs (vLLM reads it from there too)
+        ("/v1/chat/completions", b'{"model": "m", "ec_transfer_params": {}}', "ec_transfer"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "m", "chat_template_kwargs": {"chat_template": "{{ 7*7 }}"}}',
+            "chat_template_kwargs.chat_template",
+        ),
     ],
 )
 async def test_bodies_the_engine_could_not_mean_are_400s_here(
@@ -409,3 +438,97 @@ async def test_a_caller_who_leaves_stops_the_engine_s_reply(
     finally:
         await runner.cleanup()
     assert not [line for line in logged.lines if line[0] in ("warning", "error", "exception")]
+
+
+def _metric(text: str, name: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(name)]
+
+
+async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
+    engine: tuple[Engine, str], store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Session 33's review: the gate's writes to a caller had no time limit (serve-model's and
+    the router's had), so one who stopped reading held the gate's handler and the engine's
+    generation for as long as it kept its socket open."""
+    import socket
+
+    from shared.serving.gate import start_gate
+
+    monkeypatch.setattr("shared.serving.gate.CALLER_WRITE_S", 0.5)
+    fake, url = engine
+    gate = gate_for(url, store, port=0)
+    runner = await start_gate(gate.cfg, gate)
+    body = json.dumps({**CHAT, "model": "flood", "stream": True}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", runner.addresses[0][1]))
+        _, writer = await asyncio.open_connection(sock=sock)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+            + SERVICE["Authorization"].encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        await writer.drain()  # and nothing read from here on
+        await asyncio.wait_for(fake.stopped.wait(), 20)  # 400 MB: far longer unread
+        writer.close()
+    finally:
+        await runner.cleanup()
+    text = generate_latest(gate.registry).decode()
+    assert _metric(text, "retrace_model_gate_abandoned_total") == [
+        "retrace_model_gate_abandoned_total 1.0"
+    ]
+
+
+async def test_every_answer_is_counted_with_its_status(
+    engine: tuple[Engine, str], store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Session 33's review: a 500 (an exception in a handler) and a stream whose caller hung
+    up (its handler cancelled) were missing from `retrace_model_gate_requests_total`, and
+    `retrace_model_gate_abandoned_total` never counted a hang-up."""
+    import aiohttp
+
+    from shared.serving.gate import start_gate
+
+    fake, url = engine
+    gate = gate_for(url, store, port=0)
+
+    async def broken(_: str) -> Path:
+        raise KeyError("a defect of ours")
+
+    monkeypatch.setattr(gate.access, "adapter_path", broken)
+    runner = await start_gate(gate.cfg, gate)
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            load = {"lora_name": "x", "lora_path": str(store / "acme" / "a1")}
+            async with http.post(f"{base}/v1/load_lora_adapter", json=load, headers=ADMIN) as r:
+                assert r.status == 500
+            body = {**CHAT, "model": "slow", "stream": True}
+            async with http.post(f"{base}/v1/chat/completions", json=body, headers=SERVICE) as r:
+                assert (await r.content.readline()).startswith(b"data: ")
+                r.close()  # the caller hangs up mid-stream
+            await asyncio.wait_for(fake.stopped.wait(), 5)
+            await asyncio.sleep(0.1)  # the gate's handler ends after the engine's
+    finally:
+        await runner.cleanup()
+    text = generate_latest(gate.registry).decode()
+    counted = _metric(text, "retrace_model_gate_requests_total")
+    assert 'retrace_model_gate_requests_total{route="/v1/load_lora_adapter",status="500"} 1.0' in (
+        counted
+    )
+    assert 'retrace_model_gate_requests_total{route="/v1/chat/completions",status="499"} 1.0' in (
+        counted
+    )
+    assert _metric(text, "retrace_model_gate_abandoned_total") == [
+        "retrace_model_gate_abandoned_total 1.0"
+    ]
+
+
+async def test_a_405_names_the_methods_the_route_takes(client: TestClient) -> None:
+    """RFC 9110: a 405 carries `Allow`; the JSON error made of aiohttp's dropped it."""
+    resp = await client.get("/v1/chat/completions", headers=SERVICE)
+    await error_of(resp, 405)
+    assert resp.headers["Allow"] == "POST"
