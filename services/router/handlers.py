@@ -53,7 +53,13 @@ from shared.routing.modes import (
     embedding_routing,
 )
 from shared.routing.profiles import first_user_text, profiles
-from shared.runtime.deadlines import WRITE_TIMEOUT_S, CallerStalled, read_body, write_within
+from shared.runtime.deadlines import (
+    WRITE_TIMEOUT_S,
+    CallerStalled,
+    end_within,
+    read_body,
+    write_within,
+)
 from shared.runtime.service import Service
 from shared.store import quotas
 from shared.store.agents import AgentNotFoundError, get_agent
@@ -743,9 +749,10 @@ class RouterApp:
                             code=502,
                         )
                     )
-                    with contextlib.suppress(ConnectionResetError):  # the caller left too
-                        await out.write(b"data: " + msgspec.json.encode(failed) + b"\n\n")
-                        await out.write_eof()
+                    with contextlib.suppress(ConnectionResetError, CallerStalled):
+                        event = b"data: " + msgspec.json.encode(failed) + b"\n\n"
+                        await write_within(request, out, event, CALLER_WRITE_S)
+                        await end_within(request, out, CALLER_WRITE_S)
                     return out
         except (UpstreamError, TimeoutError) as exc:  # before the reply began
             return self._unreachable(headers, exc)
@@ -754,8 +761,8 @@ class RouterApp:
             # caller saw it fail, so the turn is not kept (it was, as a whole reply)
             self._count(headers, "upstream_error")
             log.warning("inference endpoint ended a stream without a whole reply")
-            with contextlib.suppress(ConnectionResetError):
-                await out.write_eof()
+            with contextlib.suppress(ConnectionResetError, CallerStalled):
+                await end_within(request, out, CALLER_WRITE_S)
             return out
         self._answered(
             turn,
@@ -766,8 +773,9 @@ class RouterApp:
             (time.perf_counter() - started) * 1000,
         )  # its headers went with the first chunk: a branch shows on the next reply
         self._count(headers, "ok")
-        with contextlib.suppress(ConnectionResetError):  # left with the reply whole: kept
-            await out.write_eof()
+        # left (or stalled) with the reply whole: kept
+        with contextlib.suppress(ConnectionResetError, CallerStalled):
+            await end_within(request, out, CALLER_WRITE_S)
         return out
 
     def _unreachable(self, headers: dict[str, str], exc: BaseException) -> web.Response:

@@ -10,6 +10,7 @@ reading held its stream, and what stood behind it, for ever."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -69,16 +70,38 @@ async def write_within(
     `seconds` is cut off (`CallerStalled`, the connection aborted). A write waits only when
     what the caller has not read yet passes the socket's limit: below its low mark no timer
     is armed (one a piece cost the router's relay as much again as the write)."""
-    transport = request.transport
-    if transport is not None and (
-        transport.get_write_buffer_size() + len(chunk) <= transport.get_write_buffer_limits()[0]
-    ):
+    if _room(request, len(chunk)):
         await out.write(chunk)
         return
+    await _within(request, out.write(chunk), seconds)
+
+
+async def end_within(request: web.Request, out: web.StreamResponse, seconds: float) -> None:
+    """A stream's end written (`write_eof`), within `seconds` of waiting for the caller to
+    take what it has not read yet; else `CallerStalled`, the connection aborted. aiohttp
+    waits on the socket only once tens of KiB were written since its last wait, so a write
+    can return with the socket full: an end without a limit then waited for ever on a caller
+    who stopped reading in a stream's last stretch (session 33's review)."""
+    if _room(request, 0):
+        await out.write_eof()
+        return
+    await _within(request, out.write_eof(), seconds)
+
+
+def _room(request: web.Request, adding: int) -> bool:
+    """Whether `adding` more bytes leave what the caller has not read yet under its socket's
+    low mark (no wait possible; no socket: nothing to wait for)."""
+    transport = request.transport
+    if transport is None:
+        return True
+    return transport.get_write_buffer_size() + adding <= transport.get_write_buffer_limits()[0]
+
+
+async def _within(request: web.Request, write: Awaitable[None], seconds: float) -> None:
     try:
         async with asyncio.timeout(seconds):
-            await out.write(chunk)
+            await write
     except TimeoutError:
-        if transport is not None:
-            transport.abort()
+        if request.transport is not None:
+            request.transport.abort()
         raise CallerStalled from None

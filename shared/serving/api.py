@@ -55,6 +55,7 @@ from shared.runtime.deadlines import (
     BODY_TIMEOUT_S,
     WRITE_TIMEOUT_S,
     CallerStalled,
+    end_within,
     read_body,
     write_within,
 )
@@ -246,7 +247,7 @@ class ModelServer:
         with contextlib.suppress(ConnectionResetError, CallerStalled):
             failed = msgspec.json.encode(ErrorResponse(error=body))
             await write_within(http, response, b"data: " + failed + b"\n\n", CALLER_WRITE_S)
-            await response.write_eof()
+            await end_within(http, response, CALLER_WRITE_S)
         return response
 
     def _adapter_for(self, model: str) -> str | None:
@@ -394,6 +395,7 @@ class ModelServer:
                 )
                 await write(event([], usage=msgspec.to_builtins(counted)))
             await write(b"data: [DONE]\n\n")
+            await end_within(http, response, CALLER_WRITE_S)  # aiohttp's own has no limit
         except (ConnectionResetError, CallerStalled) as exc:
             return self._left(response, req.model, exc)
         self._count(req.model, "ok")

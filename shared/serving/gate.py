@@ -41,6 +41,7 @@ from shared.runtime.deadlines import (
     IDLE_TIMEOUT_S,
     WRITE_TIMEOUT_S,
     CallerStalled,
+    end_within,
     read_body,
     write_within,
 )
@@ -323,7 +324,7 @@ class ModelGate:
         try:
             async for chunk in upstream.content.iter_any():
                 await write_within(request, response, chunk, CALLER_WRITE_S)
-            await response.write_eof()
+            await end_within(request, response, CALLER_WRITE_S)
         except (ConnectionResetError, CallerStalled, asyncio.CancelledError) as exc:
             # the caller left (its handler cancelled, or writing to it raised aiohttp's
             # ClientConnectionResetError) or stopped reading: leaving closes the engine's
@@ -348,7 +349,7 @@ class ModelGate:
                 # after a blank line: the engine may have broken off inside an event
                 event = b"\n\ndata: " + msgspec.json.encode(failed) + b"\n\n"
                 await write_within(request, response, event, CALLER_WRITE_S)
-                await response.write_eof()
+                await end_within(request, response, CALLER_WRITE_S)
         return response
 
     async def _failed(self, request: web.Request, upstream: aiohttp.ClientResponse) -> web.Response:

@@ -30,7 +30,11 @@ class PromptBuilder:
 
     def build(self, req: ChatRequest) -> tuple[list[int], str]:
         """Prompt token ids, and the text the reply is forced to start with (tool_choice)."""
-        tools = req.tools if req.tools and req.tool_choice != "none" else None
+        tools = (
+            [_tool_as_vllm_gives_it(t) for t in req.tools]
+            if req.tools and req.tool_choice != "none"
+            else None
+        )
         messages = [msgspec.to_builtins(m) for m in req.messages]
         for m in messages:
             m.setdefault("content", "")
@@ -53,8 +57,40 @@ class PromptBuilder:
                 f"this model's chat template cannot render the request: {str(exc)[:300]}"
             ) from exc
         forced = _forced_prefix(req.tool_choice) if tools else ""
-        ids = list(self.tokenizer(text + forced, add_special_tokens=False)["input_ids"])
+        try:
+            ids = list(self.tokenizer(text + forced, add_special_tokens=False)["input_ids"])
+        except (TypeError, ValueError) as exc:
+            # text the tokenizer cannot take: a lone surrogate (`"\ud83d"` in a past call's
+            # arguments, written out raw by the template's `tojson`) was a 500; vLLM's 400
+            raise Unrenderable(
+                f"the rendered prompt cannot be tokenized: {str(exc)[:200]}"
+            ) from exc
         return ids, forced
+
+
+def _tool_as_vllm_gives_it(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as vLLM (0.32) hands it to a template: its function's `name`, `description`
+    and `parameters` in that order, the last two null when absent, `strict` and
+    `defer_loading` only when set, nothing else. Qwen's template writes each tool as JSON,
+    so a tool given in another order, or without a description, was a different prompt
+    under `serve-model` than under vLLM (session 33's review)."""
+    given = tool.get("function")
+    function: dict[str, Any] = given if isinstance(given, dict) else {}
+    out: dict[str, Any] = {
+        "name": function.get("name"),
+        "description": function.get("description"),
+        "parameters": function.get("parameters"),
+    }
+    deferred = function.get("defer_loading")
+    if deferred is None:
+        deferred = tool.get("defer_loading")
+    for name, value in (("strict", function.get("strict")), ("defer_loading", deferred)):
+        if value is not None:
+            out[name] = value
+    shown: dict[str, Any] = {"type": "function", "function": out}
+    if tool.get("defer_loading") is not None:
+        shown["defer_loading"] = tool["defer_loading"]
+    return shown
 
 
 def _arguments_as_objects(message: dict[str, Any]) -> None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from shared.config import HttpConfig, ModelConfig, ServiceConfig
+from shared.runtime.deadlines import CallerStalled, end_within, write_within
 from shared.runtime.http import listen
 from shared.serving.api import ModelServer
 from shared.store import Store
@@ -162,3 +165,41 @@ async def test_the_control_api_cuts_off_idle_connections_and_late_bodies(
     finally:
         service.stop()
         await run
+
+
+async def test_a_stream_s_end_waits_for_its_caller_no_longer_than_its_pieces() -> None:
+    """Session 33's review: aiohttp waits on the socket only once tens of KiB were written
+    since its last wait, so every piece of a stream could go out at once with the socket
+    full, and the end (`write_eof`) then waited for ever on a caller who read nothing."""
+    ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        try:
+            for size in (66 * 1024, 10 * 1024):  # the first fills the buffer, the second waits not
+                await write_within(request, out, b"x" * size, 0.5)
+            await end_within(request, out, 0.5)
+            ended.set_result("ended")
+        except CallerStalled:
+            ended.set_result("cut off")
+        return out
+
+    app = web.Application()
+    app.router.add_get("/", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listening = socket.socket()
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # accepted sockets inherit it
+    listening.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, listening).start()
+    caller = socket.socket()
+    caller.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    caller.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(caller, listening.getsockname())
+        await asyncio.get_running_loop().sock_sendall(caller, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert await asyncio.wait_for(ended, 10) == "cut off"  # and nothing read
+    finally:
+        caller.close()
+        await runner.cleanup()

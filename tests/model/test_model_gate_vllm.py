@@ -87,6 +87,8 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
             "--enable-lora", "--max-lora-rank", "8", "--max-loras", "2",
             "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port),
             "--api-key", ENGINE_KEY, "--chat-template", str(TEMPLATE),
+            # for the prompt comparison below, straight to vLLM (the gate refuses it)
+            "--trust-request-chat-template",
         ],
         env={
             **os.environ,
@@ -184,26 +186,48 @@ async def test_vllm_behind_the_gate(gate: TestClient, vllm: tuple[str, Path]) ->
     assert missing.status == 404  # vLLM's own 4xx, passed on
 
 
+TOOL_SHAPES = {
+    "as ours": None,
+    "no description, parameters first": {
+        "type": "function",
+        "function": {"parameters": {"type": "object", "properties": {}}, "name": "book"},
+    },
+    "strict, an extra field": {
+        "type": "function",
+        "function": {"name": "book", "description": "Books.", "strict": True, "x-ours": 1},
+    },
+}
+
+
+@pytest.mark.parametrize("template", ["ours", "qwen"])
+@pytest.mark.parametrize("tool", list(TOOL_SHAPES))
 @pytest.mark.parametrize("arguments", ['{"room": 12, "note": "late é"}', "", "{room: 12", "[1]"])
 async def test_a_history_with_calls_is_the_same_prompt_on_vllm_and_serve_model(
-    vllm: tuple[str, Path], arguments: str
+    vllm: tuple[str, Path], arguments: str, tool: str, template: str
 ) -> None:
-    # what GRPO trains on (serve-model's rendering) must be what vLLM shows the served adapter;
-    # vLLM hands a template the calls' arguments as objects, which our template once could
-    # not take (it joined them as text) and Qwen's quoted twice when given text
+    """What GRPO trains on (serve-model's rendering) must be what vLLM shows the served
+    adapter. vLLM hands a template the calls' arguments as objects, which our template once
+    could not take (it joined them as text) and Qwen's quoted twice when given text; and it
+    rebuilds each tool in a fixed order, which Qwen's template writes out as JSON."""
+    from tests.support.models import packaged_or_skip
     from tests.support.tiny_model import smollm2_tokenizer
 
     url, _ = vllm
     history = after_a_call(arguments)
+    if TOOL_SHAPES[tool] is not None:
+        history["tools"] = [TOOL_SHAPES[tool]]
+    text = None
+    if template == "qwen":
+        text = (packaged_or_skip("qwen2.5-coder-0.5b") / "chat_template.jinja").read_text()
     async with aiohttp.ClientSession() as session:
         resp = await session.post(
             url.removesuffix("/v1") + "/tokenize",
-            json={"model": "tiny", **history, "add_generation_prompt": True},
+            json={"model": "tiny", **history, "add_generation_prompt": True, "chat_template": text},
             headers={"Authorization": f"Bearer {ENGINE_KEY}"},
         )
         assert resp.status == 200, await resp.text()
         on_vllm = (await resp.json())["tokens"]
-    ours, _ = PromptBuilder(smollm2_tokenizer()).build(
+    ours, _ = PromptBuilder(smollm2_tokenizer(), text).build(
         msgspec.convert({"model": "tiny", **history}, ChatRequest)
     )
     assert on_vllm == ours

@@ -13,7 +13,7 @@ pytest.importorskip("transformers", reason="model tests need the train extra")
 from transformers import AutoTokenizer
 
 from shared.llm.openai_types import ChatRequest
-from shared.serving.prompts import PromptBuilder
+from shared.serving.prompts import PromptBuilder, Unrenderable
 from tests.support.histories import after_a_call
 from tests.support.models import packaged_or_skip
 
@@ -49,3 +49,10 @@ def test_arguments_that_are_not_an_object_are_an_empty_one_as_in_vllm(
 ) -> None:
     # vLLM 0.32 coerces them so (renderers/chat_utils.py): the same prompt under either server
     assert '{"name": "book", "arguments": {}}' in _rendered(tokenizer, arguments)
+
+
+def test_a_lone_surrogate_in_a_past_call_is_the_caller_s_error(tokenizer: Any) -> None:
+    # session 33's review: the escape became a raw surrogate the tokenizer refused, a 500
+    # (vLLM answers the same history with a 400)
+    with pytest.raises(Unrenderable, match="cannot be tokenized"):
+        _rendered(tokenizer, '{"h": "\\ud83d"}')
