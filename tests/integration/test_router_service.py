@@ -32,7 +32,7 @@ from shared.store.agents import create_agent
 from shared.store.models import Adapter, Agent, Capability, Conversation, Trajectory
 from shared.store.tenants import create_tenant, issue_api_key, revoke_api_key
 from tests.integration.test_delivery import eventually, healthy
-from tests.support.raw_http import raw_status
+from tests.support.raw_http import raw_status, sent_and_never_read
 from tests.support.transactions import database_now, open_transactions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -1067,21 +1067,12 @@ async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
     url, key, upstream, _ = router
     upstream.more, upstream.pause = tuple("x" * 65_536 for _ in range(400)), 0.0
     body = {"model": "bot", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    host, port = url.removeprefix("http://").split(":")
-    raw = json.dumps(body).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
-    _, writer = await asyncio.open_connection(sock=sock)
-    writer.write(
+    head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-        b"\r\nAuthorization: Bearer "
-        + key.encode()
-        + b"\r\nContent-Length: %d\r\n\r\n" % len(raw)
-        + raw
+        b"\r\nAuthorization: Bearer " + key.encode()
     )
-    await writer.drain()  # and nothing read from here on
+    port = int(url.rsplit(":", 1)[1])
+    _, writer = await sent_and_never_read(port, head, json.dumps(body).encode())
 
     async def cut() -> bool:
         return upstream.streams_cut == 1

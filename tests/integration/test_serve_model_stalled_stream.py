@@ -21,6 +21,7 @@ from shared.serving.api import ModelServer
 from shared.serving.engine import Engine
 from shared.serving.prompts import PromptBuilder
 from tests.integration.test_delivery import eventually
+from tests.support.raw_http import sent_and_never_read
 from tests.support.tiny_model import smollm2_tokenizer, tiny_llama
 
 pytestmark = [pytest.mark.slow]
@@ -69,16 +70,8 @@ async def test_a_caller_who_stops_reading_a_stream_is_cut_off_and_its_rows_dropp
             "messages": [{"role": "user", "content": "hi"}],
         }
     ).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    reader, writer = await asyncio.open_connection(sock=sock)
-    writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % len(body) + body
-    )
-    await writer.drain()  # and nothing read from here on
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+    reader, writer = await sent_and_never_read(port, head, body)
 
     async def cut() -> bool:
         return _requests(server, "caller_stalled") == 1

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from shared.serving.gate import ModelGate
 from tests.support.gate import ADMIN, ENGINE_KEY, SERVICE, gate_config
-from tests.support.raw_http import raw_status
+from tests.support.raw_http import raw_status, sent_and_never_read
 
 CHAT = {"model": "base", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -450,8 +450,6 @@ async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
     """Session 33's review: the gate's writes to a caller had no time limit (serve-model's and
     the router's had), so one who stopped reading held the gate's handler and the engine's
     generation for as long as it kept its socket open."""
-    import socket
-
     from shared.serving.gate import start_gate
 
     monkeypatch.setattr("shared.serving.gate.CALLER_WRITE_S", 0.5)
@@ -459,19 +457,12 @@ async def test_a_caller_who_stops_reading_a_stream_is_cut_off(
     gate = gate_for(url, store, port=0)
     runner = await start_gate(gate.cfg, gate)
     body = json.dumps({**CHAT, "model": "flood", "stream": True}).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: " + SERVICE["Authorization"].encode()
+    )
     try:
-        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", runner.addresses[0][1]))
-        _, writer = await asyncio.open_connection(sock=sock)
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
-            + SERVICE["Authorization"].encode()
-            + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-            + body
-        )
-        await writer.drain()  # and nothing read from here on
+        _, writer = await sent_and_never_read(runner.addresses[0][1], head, body)
         await asyncio.wait_for(fake.stopped.wait(), 20)  # 400 MB: far longer unread
         writer.close()
     finally:
