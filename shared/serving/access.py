@@ -111,7 +111,7 @@ def _in_store(path: Path, dirs: tuple[Path, ...]) -> Path:
 
     try:
         path = path.resolve()
-        if not path.is_absolute() or not beneath(path):
+        if not beneath(path):  # resolved: absolute
             raise OutsideStore(OutsideStore.message)
         # a symlink loop is a RuntimeError in Python 3.11's resolve, an OSError later
         if path.is_dir() and not all(beneath(p.resolve()) for p in path.rglob("*")):
