@@ -223,8 +223,8 @@ class ModelServer:
     ) -> bytes:
         """A reply's body from `write(*args)`: with logprobs on the prompt thread, not the
         event loop (eight choices of 4,096 tokens with 20 alternatives each are 33,000
-        entries, 0.37 s of building and encoding in a micro-benchmark, which held every other
-        request and the health check); without them at once."""
+        entries, 0.37 to 0.48 s of building and encoding in a micro-benchmark, docs/benchmarks.md,
+        which held every other request and the health check); without them at once."""
         if not params.logprobs:
             return write(*args)
         return await asyncio.get_running_loop().run_in_executor(self._prompt_thread, write, *args)
