@@ -5,6 +5,7 @@ the routes the application really registers (`undocumented`) and against the cop
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,10 @@ def document(
     refs, components = msgspec.json.schema_components(
         kinds, ref_template="#/components/schemas/{name}"
     )
+    for schema in components.values():
+        # a Struct's docstring, dedented whichever msgspec built it (0.23 dedents, earlier did not)
+        if isinstance(schema.get("description"), str):
+            schema["description"] = inspect.cleandoc(schema["description"])
     ref = dict(zip(kinds, refs, strict=True))
     errors = {"content": {"application/json": {"schema": ref[error]}}}
     paths: dict[str, Any] = {}
