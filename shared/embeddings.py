@@ -12,6 +12,8 @@ import asyncio
 import importlib.util
 import math
 import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -236,24 +238,35 @@ def _quantized(path: Path) -> Path:
     Runtime's dynamic quantisation with a scale per output channel of each weight matrix
     and 7-bit weights (`reduce_range`: no overflow in the u8 x s8 products of CPUs without
     VNNI, as this project's). Its vectors have a mean cosine of 0.99 to MiniLM's (0.96 with
-    one scale per matrix, session 13's graph), at the same speed (docs/benchmarks.md)."""
+    one scale per matrix, session 13's graph), at the same speed (docs/benchmarks.md).
+
+    ONNX Runtime writes a shape-inferred copy of its input beside the input, under a name
+    fixed by the input's (`<name>-inferred.onnx`), and deletes it: two processes quantising
+    one cached graph at once (test workers, routers starting together) read and deleted each
+    other's. So it quantises a link to the graph in a directory of this call's own."""
     small = path.with_suffix(".int8-per-channel.onnx")
     if not small.exists():
         from onnx import TensorProto
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        partial = path.with_suffix(f".{os.getpid()}.partial.int8.onnx")
-        quantize_dynamic(
-            str(path),
-            str(partial),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            reduce_range=True,
-            # the fused graph's operators are ONNX Runtime's own, whose outputs shape
-            # inference cannot type: what it cannot is float
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
-        partial.replace(small)
+        with tempfile.TemporaryDirectory(prefix=".quantizing-", dir=path.parent) as private:
+            source = Path(private) / path.name
+            try:
+                os.link(path, source)
+            except OSError:  # a filesystem without hard links
+                shutil.copyfile(path, source)
+            partial = Path(private) / small.name
+            quantize_dynamic(
+                str(source),
+                str(partial),
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                reduce_range=True,
+                # the fused graph's operators are ONNX Runtime's own, whose outputs shape
+                # inference cannot type: what it cannot is float
+                extra_options={"DefaultTensorType": TensorProto.FLOAT},
+            )
+            partial.replace(small)  # whole or absent, for a process beside this
     return small
 
 

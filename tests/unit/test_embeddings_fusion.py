@@ -45,3 +45,20 @@ def test_a_graph_the_fusions_do_not_recognise_is_kept_as_exported(
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
     [warning] = [line for line in lines if "not fused" in line["event"]]
     assert warning["attention_fused"] == 0 and warning["layers"] == 6
+
+
+def test_quantising_writes_nothing_beside_the_cached_graph(tmp_path: Path) -> None:
+    # ONNX Runtime writes a shape-inferred copy of its input beside the input under a fixed
+    # name and deletes it: two workers quantising one cached graph read and deleted each
+    # other's (CI, session 34). Another process's copy stands there for the whole call here.
+    graph = tmp_path / "minilm.onnx"
+    _no_attention(graph)
+    (tmp_path / "minilm-inferred.onnx").mkdir()
+    small = embeddings._quantized(graph)
+    assert small == tmp_path / "minilm.int8-per-channel.onnx"
+    onnx.checker.check_model(onnx.load(str(small)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "minilm-inferred.onnx",
+        "minilm.int8-per-channel.onnx",
+        "minilm.onnx",
+    ]
