@@ -7,7 +7,7 @@ import asyncio
 from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from shared.store.engine import async_url
@@ -16,6 +16,7 @@ from shared.store.models import Base
 config = context.config
 URL: str = config.attributes.get("url") or config.get_main_option("sqlalchemy.url") or ""
 SCHEMA: str = config.attributes.get("schema") or "public"
+LOCK_POLL_S = 0.1
 
 
 def _run(connection: Connection) -> None:
@@ -29,6 +30,17 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+async def _lock(conn: AsyncConnection) -> None:
+    """Several services may migrate at once on first start: one at a time. The lock is tried,
+    not waited for: a session waiting inside `pg_advisory_lock` holds a snapshot, which a
+    `CREATE INDEX CONCURRENTLY` in the migrating session waits out (0011): a deadlock."""
+    lock = text("SELECT pg_try_advisory_lock(hashtext('retrace-migrations'))")
+    while not await conn.scalar(lock):
+        await conn.commit()
+        await asyncio.sleep(LOCK_POLL_S)
+    await conn.commit()
+
+
 async def _run_async() -> None:
     engine = create_async_engine(
         async_url(URL),
@@ -37,8 +49,7 @@ async def _run_async() -> None:
     )
     try:
         async with engine.connect() as conn:
-            # Several services may migrate at once on first start: one at a time.
-            await conn.execute(text("SELECT pg_advisory_lock(hashtext('retrace-migrations'))"))
+            await _lock(conn)
             try:
                 await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
                 await conn.commit()

@@ -194,3 +194,100 @@ async def test_0010_makes_old_keys_all_and_going_back_revokes_the_scoped(
         assert await keys() == {"app": False, "old": True}
     finally:
         await store.close()
+
+
+async def test_0011_finishes_a_run_cut_short_in_its_concurrent_index_build(
+    database_url: str, schema: str
+) -> None:
+    """0011 builds its index CONCURRENTLY, outside the migration's transaction: a run cut
+    short there has committed the column and left an invalid index of that name, and the
+    next run drops it, builds it again and moves the version on."""
+    await upgrade_async(database_url, schema, "0010")
+    engine = create_async_engine(
+        async_url(database_url),
+        connect_args={"server_settings": {"search_path": schema}},
+        isolation_level="AUTOCOMMIT",
+    )
+    index = "ix_conversations_tenant_id_branch_of"
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("INSERT INTO tenants (id, name) VALUES ('acme', 'acme')"))
+            agent = await conn.scalar(
+                text(
+                    "INSERT INTO agents (id, tenant_id, name, model, environment, system_prompt, "
+                    "config, production_adapters) VALUES "
+                    "(gen_random_uuid(), 'acme', 'bot', 'm', 'toolbox', '', '{}', '[]') "
+                    "RETURNING id"
+                )
+            )
+            branched = str(uuid.uuid4())
+            for tip in ("a", "b"):
+                await conn.execute(
+                    text(
+                        "INSERT INTO conversations (id, tenant_id, agent_id, tip, route, turns) "
+                        "VALUES (gen_random_uuid(), 'acme', :agent, :tip, "
+                        "jsonb_build_object('branch_of', CAST(:of AS text)), 1)"
+                    ),
+                    {"agent": agent, "tip": tip, "of": branched},
+                )
+            # what the cut-short run left: the column, filled, and an index that failed
+            # (a unique build over the two rows that share a branch_of fails and stays, invalid)
+            await conn.execute(text("ALTER TABLE conversations ADD COLUMN branch_of uuid"))
+            await conn.execute(
+                text("UPDATE conversations SET branch_of = CAST(:of AS uuid)"), {"of": branched}
+            )
+            try:
+                await conn.execute(
+                    text(
+                        f"CREATE UNIQUE INDEX CONCURRENTLY {index} "
+                        "ON conversations (tenant_id, branch_of)"
+                    )
+                )
+            except Exception as e:  # noqa: BLE001 - the failure is the point
+                assert "could not create unique index" in str(e)
+            else:
+                raise AssertionError("the unique build should have failed")
+
+            async def state() -> list[tuple[bool, bool]]:
+                rows = await conn.execute(
+                    text(
+                        "SELECT i.indisvalid, i.indisunique FROM pg_index i "
+                        "JOIN pg_class c ON c.oid = i.indexrelid "
+                        "WHERE c.relname = :name AND c.relnamespace = CAST(:schema AS regnamespace)"
+                    ),
+                    {"name": index, "schema": schema},
+                )
+                return [tuple(row) for row in rows]
+
+            assert await state() == [(False, True)]
+            await upgrade_async(database_url, schema, "0011")
+            assert await state() == [(True, False)]
+            version = await conn.scalar(text("SELECT version_num FROM alembic_version"))
+            assert version == "0011"
+            moved = await conn.scalar(
+                text("SELECT count(*) FROM conversations WHERE branch_of = CAST(:of AS uuid)"),
+                {"of": branched},
+            )
+            assert moved == 2
+    finally:
+        await engine.dispose()
+
+
+def test_0011_builds_its_index_concurrently_outside_the_transaction() -> None:
+    """The SQL 0011 runs (Alembic's offline mode): the index is built CONCURRENTLY after the
+    migration's transaction has been committed, so routers keep writing meanwhile."""
+    import contextlib
+    import io
+
+    from alembic import command
+
+    out = io.StringIO()
+    config = alembic_config("postgresql://u@h/d")
+    config.output_buffer = out
+    with contextlib.redirect_stdout(out):
+        command.upgrade(config, "0010:0011", sql=True)
+    sql = out.getvalue()
+    build = sql.index(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_conversations_tenant_id_branch_of"
+    )
+    assert sql.rindex("COMMIT", 0, build) > sql.index("ADD COLUMN IF NOT EXISTS branch_of")
