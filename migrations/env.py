@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from shared.logging import get_logger
 from shared.store.engine import async_url
 from shared.store.models import Base
 
@@ -17,6 +18,8 @@ config = context.config
 URL: str = config.attributes.get("url") or config.get_main_option("sqlalchemy.url") or ""
 SCHEMA: str = config.attributes.get("schema") or "public"
 LOCK_POLL_S = 0.1
+LOCK_SAY_S = 30.0
+log = get_logger(__name__)
 
 
 def _run(connection: Connection) -> None:
@@ -35,8 +38,18 @@ async def _lock(conn: AsyncConnection) -> None:
     not waited for: a session waiting inside `pg_advisory_lock` holds a snapshot, which a
     `CREATE INDEX CONCURRENTLY` in the migrating session waits out (0011): a deadlock."""
     lock = text("SELECT pg_try_advisory_lock(hashtext('retrace-migrations'))")
+    loop = asyncio.get_running_loop()
+    started = said = loop.time()
     while not await conn.scalar(lock):
         await conn.commit()
+        if loop.time() - said >= LOCK_SAY_S:
+            said = loop.time()
+            # an index built CONCURRENTLY waits out every older transaction in the database
+            log.info(
+                "waiting for another process's migration",
+                schema=SCHEMA,
+                waited_s=round(said - started),
+            )
         await asyncio.sleep(LOCK_POLL_S)
     await conn.commit()
 

@@ -24,23 +24,26 @@ INDEX = "ix_conversations_tenant_id_branch_of"
 
 
 def upgrade() -> None:
-    # The index is built CONCURRENTLY, outside the migration's transaction, so routers keep
-    # writing conversations while a large table is indexed: a run cut short there has
-    # committed the column already, so each step may find itself done and goes on.
+    # Outside the migration's transaction, each statement committed as it ends, so routers
+    # keep reading and writing conversations: the column's lock is held for an instant, the
+    # backfill locks only the branched rows it writes, and the index is built CONCURRENTLY.
+    # A run cut short has committed what it did, so each step may find itself done.
     # No foreign key: a branch may be written before the conversation it branched from
     # (another router process answered that one, and has not written it yet).
-    op.execute("ALTER TABLE conversations ADD COLUMN IF NOT EXISTS branch_of uuid")
-    op.execute(
-        """
-        UPDATE conversations SET branch_of = (route->>'branch_of')::uuid
-        WHERE branch_of IS NULL
-          AND route->>'branch_of' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-        """
-    )
     context = op.get_context()
     with context.autocommit_block():
+        op.execute("ALTER TABLE conversations ADD COLUMN IF NOT EXISTS branch_of uuid")
+        op.execute(
+            """
+            UPDATE conversations SET branch_of = (route->>'branch_of')::uuid
+            WHERE branch_of IS NULL
+              AND route->>'branch_of'
+                  ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+            """
+        )
+        # what a concurrent build cut short leaves: kept up by every write, never read (the
+        # offline script, `--sql`, cannot ask: there drop such an index by hand first)
         if not context.as_sql and _invalid(INDEX):
-            # what a concurrent build cut short leaves: it is kept up but never read
             op.drop_index(INDEX, "conversations", postgresql_concurrently=True)
         op.create_index(
             INDEX,
@@ -55,7 +58,8 @@ def _invalid(name: str) -> bool:
     found = op.get_bind().execute(
         sa.text(
             "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE c.relname = :name AND c.relnamespace = current_schema()::regnamespace"
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :name AND n.nspname = current_schema()"
         ),
         {"name": name},
     )

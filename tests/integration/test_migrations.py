@@ -274,8 +274,9 @@ async def test_0011_finishes_a_run_cut_short_in_its_concurrent_index_build(
 
 
 def test_0011_builds_its_index_concurrently_outside_the_transaction() -> None:
-    """The SQL 0011 runs (Alembic's offline mode): the index is built CONCURRENTLY after the
-    migration's transaction has been committed, so routers keep writing meanwhile."""
+    """The SQL 0011 runs (Alembic's offline mode): after the migration's transaction has been
+    committed, each statement on its own (the column, the backfill, the index CONCURRENTLY),
+    so routers keep writing meanwhile; the version moves in a transaction after them."""
     import contextlib
     import io
 
@@ -287,7 +288,15 @@ def test_0011_builds_its_index_concurrently_outside_the_transaction() -> None:
     with contextlib.redirect_stdout(out):
         command.upgrade(config, "0010:0011", sql=True)
     sql = out.getvalue()
-    build = sql.index(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_conversations_tenant_id_branch_of"
-    )
-    assert sql.rindex("COMMIT", 0, build) > sql.index("ADD COLUMN IF NOT EXISTS branch_of")
+    steps = [
+        "COMMIT;",
+        "ALTER TABLE conversations ADD COLUMN IF NOT EXISTS branch_of uuid;",
+        "UPDATE conversations SET branch_of",
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_conversations_tenant_id_branch_of",
+        "BEGIN;",
+        "UPDATE alembic_version SET version_num='0011'",
+    ]
+    at = [sql.index(step, sql.index("Running upgrade 0010 -> 0011")) for step in steps]
+    assert at == sorted(at), sql
+    between = sql[at[0] + len(steps[0]) : at[4]]
+    assert "BEGIN" not in between and "COMMIT" not in between, sql

