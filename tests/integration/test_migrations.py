@@ -300,3 +300,17 @@ def test_0011_builds_its_index_concurrently_outside_the_transaction() -> None:
     assert at == sorted(at), sql
     between = sql[at[0] + len(steps[0]) : at[4]]
     assert "BEGIN" not in between and "COMMIT" not in between, sql
+
+
+async def test_a_schema_with_a_dot_in_its_name_migrates_to_head(database_url: str) -> None:
+    # 0011's check for an invalid index once cast current_schema() to regnamespace, which
+    # reads a dot as a qualifier ("invalid name syntax")
+    name = f"t.{uuid.uuid4().hex[:12]}"
+    try:
+        await upgrade_async(database_url, name)
+        assert await _tables(database_url, name) == TABLES | {"alembic_version"}
+    finally:
+        engine = create_async_engine(async_url(database_url))
+        async with engine.begin() as conn:
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        await engine.dispose()
