@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import sys
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
@@ -30,9 +31,7 @@ def configure_logging(
         structlog.processors.JSONRenderer()
         if use_json
         else structlog.dev.ConsoleRenderer(
-            colors=sys.stderr.isatty(),
-            # a frame's locals hold keys, request bodies and model output: never in a log
-            exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
+            colors=sys.stderr.isatty(), exception_formatter=_plain_redacted_traceback
         )
     )
     structlog.configure(
@@ -82,8 +81,11 @@ class _NotHTTP(logging.Filter):
         return True
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s@]+@")
-"""`scheme://user:password@`: the password part of a URL's credentials."""
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s]+@")
+"""`scheme://user:password@`: the password part of a URL's credentials, to the last `@`
+before the host (a password may hold one)."""
+_TOKEN = re.compile(r"(?P<scheme>\b(?:nats|tls|wss?)://)[^/\s:@]+@")
+"""`nats://token@`: NATS takes a URL's lone user part as a token."""
 _BEARER = re.compile(r"(?P<scheme>\bbearer\s+)[^\s'\",;\\]+", re.IGNORECASE)
 """`Bearer <token>`: a key as an `Authorization` header carries it."""
 _KEY = re.compile(r"(?P<tenant>\brt_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_)[A-Za-z0-9_-]{32}")
@@ -91,10 +93,11 @@ _KEY = re.compile(r"(?P<tenant>\brt_[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?_)[A-Za-
 
 
 def redact(text: str) -> str:
-    """`text` with the password of every URL, every bearer token and every tenant key's
-    secret in it replaced by `***`."""
+    """`text` with the password of every URL (a NATS URL's token), every bearer token and
+    every tenant key's secret in it replaced by `***`."""
     if "@" in text:
         text = _CREDENTIALS.sub(r"\g<scheme>***@", text)
+        text = _TOKEN.sub(r"\g<scheme>***@", text)
     if "bearer" in text.lower():
         text = _BEARER.sub(r"\g<scheme>***", text)
     if "rt_" in text:
@@ -118,6 +121,16 @@ def _hidden(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _hidden(v) for k, v in value.items()}
     return value
+
+
+def _plain_redacted_traceback(out: TextIO, exc_info: structlog.typing.ExcInfo) -> None:
+    """The console's traceback: Python's own text, redacted. The console renderer formats an
+    exception after `hide_secrets` has run, and rich's (colours within a URL, lines wrapped
+    across one) defeated redacting what it wrote; no frame's locals either (keys, request
+    bodies and model output)."""
+    written = io.StringIO()
+    structlog.dev.plain_traceback(written, exc_info)
+    out.write(redact(written.getvalue()))
 
 
 def _identity(
