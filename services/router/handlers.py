@@ -625,7 +625,11 @@ class RouterApp:
         try:
             return await mode.decide(text, candidates)
         except (LLMError, PermanentError, aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("routing failed; the base model serves", mode=mode.name, error=repr(exc))
+            # the error's text can quote the request (an endpoint's refusal): at debug only
+            log.warning(
+                "routing failed; the base model serves", mode=mode.name, error=type(exc).__name__
+            )
+            log.debug("routing failure", mode=mode.name, error=repr(exc))
             return Decision(None, 0.0, f"{mode.name}:unavailable")
 
     def _mode_for(self, agent: AgentView) -> RoutingMode:

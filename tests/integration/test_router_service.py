@@ -25,6 +25,7 @@ from services.router.handlers import RETRY_AFTER_S
 from services.router.service import build
 from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
+from shared.logging import configure_logging
 from shared.runtime.service import Service
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store, quotas
@@ -52,6 +53,7 @@ class Upstream:
         """When set, /v1/models answers only once the event is set (a slow endpoint)."""
         self.models_asked = asyncio.Event()
         self.refused: set[str] = set()
+        self.refusal = "no such model; available: smollm2, globex--secret--v1"
         """Models whose chat requests get a 404."""
         self.credentials: list[tuple[str, str]] = []
         """(path, Authorization header) of every request."""
@@ -100,7 +102,7 @@ class Upstream:
         await asyncio.sleep(self.delay)
         if body["model"] in self.refused:
             # as serve-model's 404 was: naming what is loaded, other tenants' adapters too
-            found = {"message": "no such model; available: smollm2, globex--secret--v1"}
+            found = {"message": self.refusal}
             raise web.HTTPNotFound(text=json.dumps({"error": found}))
         self.models.append(body["model"])
         if not body.get("stream"):
@@ -1400,6 +1402,29 @@ async def test_a_classifier_that_cannot_answer_routes_to_the_base_model(
     async with store.tenant("acme") as session:
         [conversation] = list(await session.scalars(select(Conversation)))
     assert conversation.route["mode"].endswith(":unavailable")
+
+
+@pytest.mark.parametrize("router", ["classifier"], indirect=True)
+async def test_a_classifier_s_refusal_reaches_the_log_without_the_user_s_words(
+    router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An endpoint's refusal can quote the request (vLLM's validation errors do): the warning
+    that routing failed names the mode and the error's kind, its text only at debug (issue
+    14's audit: the whole error went to the warning)."""
+    configure_logging("info", "json")
+    url, key, upstream, _ = router
+    upstream.refused = {DEFAULT_AGENT_MODEL}
+    words = "labelled gym-with-my-sister"
+    upstream.refusal = f"prompt too long: 'Set an alarm at 06:30 {words}, please.'"
+    alarm = [{"role": "user", "content": f"Set an alarm at 06:30 {words}, please."}]
+    async with aiohttp.ClientSession() as http:
+        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+    assert status == 200, payload
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
+    [failed] = [line for line in lines if line["event"].startswith("routing failed")]
+    assert failed["level"] == "warning" and failed["error"] == "LLMRequestError"
+    assert words not in json.dumps(lines)
 
 
 async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
