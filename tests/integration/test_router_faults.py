@@ -232,6 +232,8 @@ class Tally:
     in_flight_at: dict[int, float] = field(default_factory=dict)
     finished: list[tuple[float, float, int]] = field(default_factory=list)
     """(started, ended, status) of every request that got a response."""
+    dropped: list[tuple[float, float]] = field(default_factory=list)
+    """(started, ended) of every request that got none (`unreachable`)."""
 
 
 def _check_refusal(status: int, headers: Any, body: str) -> None:
@@ -275,6 +277,7 @@ async def _client(
                     named = r.headers["X-Retrace-Conversation"]
             except (TimeoutError, aiohttp.ClientConnectionError):
                 tally.unreachable += 1
+                tally.dropped.append((started, time.monotonic()))
                 await asyncio.sleep(0.2)
                 continue
             tally.answered += 1
@@ -364,6 +367,7 @@ async def test_postgres_stopped_under_load_loses_no_answered_turn(site: Site) ->
         await asyncio.sleep(4)
     assert before > 0 and proc.poll() is None, site.logs()
     assert set(tally.refused) <= {503}, tally.refused
+    assert not tally.unreachable, tally  # a refusal, never a connection dropped
     await _all_recorded(site, tally)
     site.without_user_content()
     assert tally.answered > before + during  # and on after it came back
@@ -426,6 +430,7 @@ async def test_the_upstream_gone_under_load_is_502_and_nothing_half_recorded(sit
         await site.upstream.start()
         await asyncio.sleep(1.5)
     assert tally.refused[502] > 0 and set(tally.refused) == {502}, tally.refused
+    assert not tally.unreachable, tally  # a 502, never a connection dropped
     await _all_recorded(site, tally)
     site.without_user_content()
 
@@ -446,6 +451,10 @@ async def test_sigterm_under_load_finishes_what_is_in_flight(site: Site) -> None
     assert not tally.refused, tally.refused  # no 502 for a request already taken
     across = [s for started, ended, s in tally.finished if started < signalled < ended]
     assert across and set(across) == {200}, across
+    # none in flight went without a reply (once the listener has stopped, new connections
+    # are refused: those are dropped, after the signal; 0.1 s for a request on its way)
+    lost = [(started, ended) for started, ended in tally.dropped if started < signalled - 0.1]
+    assert not lost, (signalled, lost)
     await _all_recorded(site, tally)
 
 
