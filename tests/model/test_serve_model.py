@@ -207,15 +207,15 @@ async def test_tool_choice_required_or_named_is_a_call_of_that_tool(client: Test
         },
     }
     tools = [*TOOLS, weather]
-    data = await post(
-        client, chat("Wake me at 7:30.", tools=tools, tool_choice="required", max_tokens=120)
-    )
-    choice = data["choices"][0]
-    calls = choice["message"]["tool_calls"]
-    assert choice["finish_reason"] == "tool_calls" and calls, choice
-    for call in calls:
-        assert call["function"]["name"] in ("set_alarm", "get_weather")
-        assert isinstance(json.loads(call["function"]["arguments"]), dict)
+    # the second asks for nothing a tool does: only the constraint makes its reply a call
+    for prompt in ("Wake me at 7:30.", "Write two lines of a poem about the sea."):
+        data = await post(client, chat(prompt, tools=tools, tool_choice="required", max_tokens=120))
+        choice = data["choices"][0]
+        calls = choice["message"]["tool_calls"]
+        assert choice["finish_reason"] == "tool_calls" and calls, (prompt, choice)
+        for call in calls:
+            assert call["function"]["name"] in ("set_alarm", "get_weather")
+            assert isinstance(json.loads(call["function"]["arguments"]), dict)
     for name in ("set_alarm", "get_weather"):
         named = await post(
             client,
