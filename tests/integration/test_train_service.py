@@ -197,6 +197,8 @@ async def test_a_job_becomes_a_registered_loaded_adapter(
     assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
     assert (saved / "adapter_model.safetensors").exists()
     assert endpoint.loaded == [{"lora_name": adapter.name, "lora_path": str(saved)}]
+    # in the tenant's namespace on the endpoint every tenant shares (issue 14)
+    assert adapter.name.startswith("acme/"), adapter.name
     assert refused is not None and "group_size" in (refused.error or "")
     assert sum((failed.state.subjects or {}).values()) == 1
     assert sum((announced.state.subjects or {}).values()) == 1  # announced once
