@@ -81,9 +81,11 @@ class _NotHTTP(logging.Filter):
         return True
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^/\s]+@")
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]{0,31}://[^/\s:@]*:)[^/\s\"'<>`{}|\\^]+@")
 """`scheme://user:password@`: the password part of a URL's credentials, to the last `@`
-before the host (a password may hold one)."""
+before the host (a password may hold one) that no quote or other character a URL never
+holds unencoded comes before (a later address in the same JSON text). The scheme is bounded,
+so a long run of letters is not scanned again from each of them."""
 _TOKEN = re.compile(r"(?P<scheme>\b(?:nats|tls|wss?)://)[^/\s:@]+@")
 """`nats://token@`: NATS takes a URL's lone user part as a token."""
 _BEARER = re.compile(r"(?P<scheme>\bbearer\s+)[^\s'\",;\\]+", re.IGNORECASE)
@@ -110,13 +112,17 @@ def hide_secrets(
 ) -> structlog.typing.EventDict:
     """No URL's password reaches a log line (a NATS or Postgres URL logged on disconnect or in
     an error), whatever field carries it."""
-    return {k: _hidden(v) for k, v in event_dict.items()}
+    # `exc_info` as it is: a tuple made a list is not read as one, and the traceback was lost
+    # (asyncio's "Task exception was never retrieved"); its text is redacted once formatted
+    return {k: v if k == "exc_info" else _hidden(v) for k, v in event_dict.items()}
 
 
 def _hidden(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
-    if isinstance(value, list | tuple):
+    if isinstance(value, tuple):
+        return tuple(_hidden(v) for v in value)
+    if isinstance(value, list):
         return [_hidden(v) for v in value]
     if isinstance(value, dict):
         return {k: _hidden(v) for k, v in value.items()}
