@@ -452,8 +452,9 @@ async def test_sigterm_under_load_finishes_what_is_in_flight(site: Site) -> None
     across = [s for started, ended, s in tally.finished if started < signalled < ended]
     assert across and set(across) == {200}, across
     # none in flight went without a reply (once the listener has stopped, new connections
-    # are refused: those are dropped, after the signal; 0.1 s for a request on its way)
-    lost = [(started, ended) for started, ended in tally.dropped if started < signalled - 0.1]
+    # are refused: those are dropped, after the signal; 0.25 s for a request on its way
+    # on a loaded machine, half the endpoint's delay)
+    lost = [(started, ended) for started, ended in tally.dropped if started < signalled - 0.25]
     assert not lost, (signalled, lost)
     await _all_recorded(site, tally)
 
