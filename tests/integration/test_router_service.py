@@ -19,13 +19,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from sqlalchemy import select, text
+from structlog.testing import capture_logs
 
 from services.router.config import RouterConfig
 from services.router.handlers import RETRY_AFTER_S
 from services.router.service import build
 from shared import embeddings
 from shared.config import DatabaseConfig, HttpConfig, ModelConfig, ServiceConfig
-from shared.logging import configure_logging
 from shared.runtime.service import Service
 from shared.serving.packaged import DEFAULT_AGENT_MODEL
 from shared.store import Store, quotas
@@ -1407,24 +1407,25 @@ async def test_a_classifier_that_cannot_answer_routes_to_the_base_model(
 @pytest.mark.parametrize("router", ["classifier"], indirect=True)
 async def test_a_classifier_s_refusal_reaches_the_log_without_the_user_s_words(
     router: tuple[str, str, Upstream, dict[str, uuid.UUID]],
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """An endpoint's refusal can quote the request (vLLM's validation errors do): the warning
     that routing failed names the mode and the error's kind, its text only at debug (issue
     14's audit: the whole error went to the warning)."""
-    configure_logging("info", "json")
     url, key, upstream, _ = router
     upstream.refused = {DEFAULT_AGENT_MODEL}
     words = "labelled gym-with-my-sister"
     upstream.refusal = f"prompt too long: 'Set an alarm at 06:30 {words}, please.'"
     alarm = [{"role": "user", "content": f"Set an alarm at 06:30 {words}, please."}]
-    async with aiohttp.ClientSession() as http:
-        status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
+    # captured, not configured: a test that configures logging leaves the router's module
+    # logger bound to that pipeline (cached on first use), out of later captures' reach
+    with capture_logs() as logs:
+        async with aiohttp.ClientSession() as http:
+            status, _, payload = await _chat(http, url, key, {"model": "bot", "messages": alarm})
     assert status == 200, payload
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line]
-    [failed] = [line for line in lines if line["event"].startswith("routing failed")]
-    assert failed["level"] == "warning" and failed["error"] == "LLMRequestError"
-    assert words not in json.dumps(lines)
+    [failed] = [e for e in logs if e["event"].startswith("routing failed")]
+    assert failed["log_level"] == "warning" and failed["error"] == "LLMRequestError"
+    assert words not in str([e for e in logs if e["log_level"] != "debug"])
+    assert any(words in str(e) for e in logs if e["log_level"] == "debug")
 
 
 async def test_a_conversation_is_written_with_its_first_reply_and_not_before(
