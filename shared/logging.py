@@ -112,15 +112,16 @@ def hide_secrets(
 ) -> structlog.typing.EventDict:
     """No URL's password reaches a log line (a NATS or Postgres URL logged on disconnect or in
     an error), whatever field carries it."""
-    # `exc_info` as it is: a tuple made a list is not read as one, and the traceback was lost
-    # (asyncio's "Task exception was never retrieved"); its text is redacted once formatted
-    return {k: v if k == "exc_info" else _hidden(v) for k, v in event_dict.items()}
+    return {k: _hidden(v) for k, v in event_dict.items()}
 
 
 def _hidden(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, tuple):
+        # a tuple stays one: an `exc_info` tuple made a list is not read as one, and the
+        # traceback was lost (asyncio's "Task exception was never retrieved"); its text is
+        # redacted once formatted
         return tuple(_hidden(v) for v in value)
     if isinstance(value, list):
         return [_hidden(v) for v in value]
